@@ -1,0 +1,97 @@
+//! Every bound the host enforces, in one place.
+//!
+//! Each constant carries its unit in its name and is the default of a field of [`Limits`], which
+//! the configuration may override. Nothing else in the host hard-codes a size, a count or a time.
+
+use std::time::Duration;
+
+/// Largest request head (request line plus header block) in bytes; past it: 431.
+pub const MAX_HEAD_BYTES: usize = 8 * 1024;
+
+/// Largest request-target in bytes; past it: 414.
+pub const MAX_TARGET_BYTES: usize = 4 * 1024;
+
+/// Most header fields in one request; past it: 431.
+pub const MAX_HEADERS: usize = 100;
+
+/// Largest request body in bytes, declared or chunked; past it: 413.
+pub const MAX_BODY_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Longest chunk-size line (size plus extensions) in bytes; past it: 400.
+pub const MAX_CHUNK_LINE_BYTES: usize = 1024;
+
+/// Requests waiting for a worker before new ones get 503 + `Retry-After`.
+pub const QUEUE_DEPTH: usize = 1024;
+
+/// Seconds a client is told to wait in `Retry-After` when the queue is full.
+pub const RETRY_AFTER_SECS: u32 = 1;
+
+/// Worker threads per CPU core when `--workers` is not given. Handlers block (a database call, a
+/// sleep), so, as in Mummy, the pool is much larger than the core count.
+pub const WORKERS_PER_CORE: usize = 10;
+
+/// CPU time one plugin call (a request or an event) may use before it is interrupted: 504.
+pub const GUEST_CPU_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Period of the epoch ticker that checks the deadline. The deadline is enforced within one tick.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Linear memory one plugin instance may grow to; past it the instance traps: 500.
+pub const GUEST_MEMORY_BYTES: usize = 64 * 1024 * 1024;
+
+/// Wasm stack one plugin call may use; past it the call traps (stack overflow): 500.
+pub const GUEST_STACK_BYTES: usize = 1024 * 1024;
+
+/// Distinct plugins one worker keeps an instance of; sizes the pooling allocator.
+pub const INSTANCES_PER_WORKER: u32 = 16;
+
+/// Bytes read from a socket per `read` call.
+pub const READ_CHUNK_BYTES: usize = 16 * 1024;
+
+/// Bodies at or below this size are never compressed (the gain does not pay the CPU).
+pub const GZIP_MIN_BYTES: usize = 860;
+
+/// Longest line a plugin may write to stdout/stderr before it is split.
+pub const GUEST_LOG_LINE_BYTES: usize = 4 * 1024;
+
+/// Largest key-value key, in bytes.
+pub const KV_MAX_KEY_BYTES: usize = 1024;
+
+/// Largest key-value value, in bytes.
+pub const KV_MAX_VALUE_BYTES: usize = 1024 * 1024;
+
+/// Most keys in one plugin's key-value namespace.
+pub const KV_MAX_KEYS: usize = 100_000;
+
+/// The limits in force, with the constants above as defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// See [`MAX_HEAD_BYTES`].
+    pub max_head_bytes: usize,
+    /// See [`MAX_TARGET_BYTES`].
+    pub max_target_bytes: usize,
+    /// See [`MAX_HEADERS`].
+    pub max_headers: usize,
+    /// See [`MAX_BODY_BYTES`].
+    pub max_body_bytes: u64,
+    /// See [`QUEUE_DEPTH`].
+    pub queue_depth: usize,
+    /// See [`GUEST_CPU_DEADLINE`].
+    pub guest_cpu_deadline: Duration,
+    /// See [`GUEST_MEMORY_BYTES`].
+    pub guest_memory_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_head_bytes: MAX_HEAD_BYTES,
+            max_target_bytes: MAX_TARGET_BYTES,
+            max_headers: MAX_HEADERS,
+            max_body_bytes: MAX_BODY_BYTES,
+            queue_depth: QUEUE_DEPTH,
+            guest_cpu_deadline: GUEST_CPU_DEADLINE,
+            guest_memory_bytes: GUEST_MEMORY_BYTES,
+        }
+    }
+}

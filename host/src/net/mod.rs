@@ -1,0 +1,9 @@
+//! The only layer that owns sockets: one thread, one `mio` loop, every connection.
+//!
+//! - [`io`]: the non-blocking idioms (would-block, interrupted) named once;
+//! - [`conn`]: one connection's state machine, from bytes read to bytes written;
+//! - [`event_loop`]: accept, readiness, replies from workers, timers.
+
+pub mod conn;
+pub mod event_loop;
+pub mod io;

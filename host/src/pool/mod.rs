@@ -1,0 +1,71 @@
+//! The worker pool: a fixed number of threads behind one bounded queue.
+//!
+//! Handlers are plain blocking code, so the pool is sized for blocking (many more threads than
+//! cores). The queue is bounded: when it is full, [`WorkerPool::submit`] fails at once with
+//! [`Busy`] and the client gets 503 + `Retry-After`, rather than the host queueing without
+//! bound.
+
+mod worker;
+
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Sender, TrySendError};
+
+use crate::job::{Job, ReplyTx};
+
+/// The queue is full.
+#[derive(Debug)]
+pub struct Busy(pub Box<Job>);
+
+/// Worker threads and the queue that feeds them.
+#[derive(Debug)]
+pub struct WorkerPool {
+    tx: Option<Sender<Box<Job>>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl WorkerPool {
+    /// Starts `workers` threads sharing a queue of `queue_depth` jobs.
+    pub fn new(workers: usize, queue_depth: usize, reply: ReplyTx) -> std::io::Result<Self> {
+        let (tx, rx) = crossbeam_channel::bounded::<Box<Job>>(queue_depth);
+        let mut threads = Vec::with_capacity(workers);
+        for i in 0..workers {
+            let rx = rx.clone();
+            let reply = reply.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("ankh-worker-{i}"))
+                .spawn(move || worker::Worker::new(reply).run(rx))?;
+            threads.push(thread);
+        }
+        Ok(WorkerPool {
+            tx: Some(tx),
+            threads,
+        })
+    }
+
+    /// Queues a job, or gives it back if the queue is full.
+    pub fn submit(&self, job: Box<Job>) -> Result<(), Busy> {
+        let Some(tx) = &self.tx else {
+            return Err(Busy(job));
+        };
+        match tx.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => Err(Busy(job)),
+        }
+    }
+
+    /// Jobs waiting for a worker.
+    pub fn queued(&self) -> usize {
+        self.tx.as_ref().map_or(0, Sender::len)
+    }
+}
+
+impl Drop for WorkerPool {
+    /// Closes the queue; workers finish the jobs already queued and exit.
+    fn drop(&mut self) {
+        self.tx = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Sans-IO HTTP/1.1: bytes in, values out, values in, bytes out. Nothing here touches a socket,
+//! a thread or a wasm instance.
+//!
+//! - [`request`] parses a request head (`Partial` until the blank line arrives);
+//! - [`body`] decodes a `Content-Length` or chunked body incrementally;
+//! - [`response`] encodes a response, with the headers the host owns and content negotiation;
+//! - [`error`] names every way a client can get the protocol wrong.
+
+pub mod body;
+pub mod date;
+pub mod encoding;
+pub mod error;
+pub mod request;
+pub mod response;
+
+pub use error::ProtoError;
+
+/// The result of feeding bytes to an incremental parser.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Status<T> {
+    /// A complete value, and how many input bytes it used.
+    Complete(T, usize),
+    /// More input is needed.
+    Partial,
+}
+
+/// The protocol version of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// HTTP/1.0: connections close after one exchange unless asked otherwise.
+    Http10,
+    /// HTTP/1.1: connections persist unless asked otherwise.
+    Http11,
+}
+
+/// True when the comma-separated field `value` lists `token` (ASCII case-insensitive, optional
+/// whitespace around the commas ignored), as RFC 9110 §5.6.1 defines list-based fields.
+pub fn has_token(value: &[u8], token: &str) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|item| item.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+/// A header field as it crosses the host: name as sent, raw value bytes.
+pub type Header = (String, Vec<u8>);
+
+/// The value of the first header called `name` (ASCII case-insensitive).
+pub fn header<'a>(headers: &'a [Header], name: &str) -> Option<&'a [u8]> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_slice())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_matched_case_insensitively_in_lists() {
+        assert!(has_token(b"keep-alive, Upgrade", "upgrade"));
+        assert!(has_token(b"  CLOSE ", "close"));
+        assert!(has_token(b"a,,close", "close"));
+        assert!(!has_token(b"closed", "close"));
+        assert!(!has_token(b"", "close"));
+    }
+}

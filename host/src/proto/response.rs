@@ -1,0 +1,324 @@
+//! Responses: a status, headers and a body in; the bytes for the wire out.
+//!
+//! The host owns framing and connection management: `Content-Length`, `Transfer-Encoding`,
+//! `Connection`, `Keep-Alive` and `Date` set by a plugin are replaced, and a plugin's
+//! `Connection: close` is honoured by closing after the response. Header names and values from a
+//! plugin are checked, so a plugin cannot split a response with a CR or LF.
+//!
+//! Everything is appended to a caller-owned buffer, without `format!`, so a worker can reuse one
+//! buffer for every response it writes.
+
+use super::encoding::{self, Coding};
+use super::{Header, Version, date, has_token, header};
+
+/// What the encoder needs to know about the request being answered.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestMeta<'a> {
+    pub version: Version,
+    /// `HEAD`: send the headers a `GET` would get, and no body.
+    pub head: bool,
+    /// The client asked for the connection to stay open.
+    pub keep_alive: bool,
+    /// The request's `Accept-Encoding` value.
+    pub accept_encoding: Option<&'a [u8]>,
+}
+
+/// Why a plugin's response cannot be sent as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    #[error("status {0} is not a final status code (200-999, or 100-199 only for the host)")]
+    Status(u16),
+    #[error("header name {0:?} is not a valid token")]
+    HeaderName(String),
+    #[error("the value of header {0:?} contains CR, LF or NUL")]
+    HeaderValue(String),
+}
+
+/// Headers the host writes itself; a plugin's copies are dropped.
+const HOST_OWNED: [&str; 6] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "date",
+    "upgrade",
+];
+
+/// Appends a complete response to `out`. Returns whether the connection stays open afterwards.
+pub fn encode(
+    status: u16,
+    headers: &[Header],
+    body: &[u8],
+    req: &RequestMeta<'_>,
+    out: &mut Vec<u8>,
+) -> Result<bool, EncodeError> {
+    if !(200..=999).contains(&status) {
+        return Err(EncodeError::Status(status));
+    }
+    for (name, value) in headers {
+        if name.is_empty() || !name.bytes().all(is_token_byte) {
+            return Err(EncodeError::HeaderName(name.clone()));
+        }
+        if value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0) {
+            return Err(EncodeError::HeaderValue(name.clone()));
+        }
+    }
+    let plugin_closes = header(headers, "connection").is_some_and(|v| has_token(v, "close"));
+    let keep_alive = req.keep_alive && !plugin_closes;
+    let bodiless = status == 204 || status == 304;
+
+    // Content coding: only for a body we may change, of a type worth it.
+    let mut coded: Option<(Coding, Vec<u8>)> = None;
+    let mut vary = false;
+    if !bodiless
+        && header(headers, "content-encoding").is_none()
+        && encoding::compressible(header(headers, "content-type"), body.len())
+    {
+        vary = true;
+        if let Some(coding) = encoding::negotiate(req.accept_encoding) {
+            let compressed = encoding::compress(coding, body);
+            if compressed.len() < body.len() {
+                coded = Some((coding, compressed));
+            }
+        }
+    }
+    let payload: &[u8] = match &coded {
+        Some((_, bytes)) => bytes,
+        None if bodiless => &[],
+        None => body,
+    };
+
+    status_line(status, out);
+    out.extend_from_slice(b"date: ");
+    date::append_now(out);
+    out.extend_from_slice(b"\r\n");
+    let mut vary_written = false;
+    for (name, value) in headers {
+        let lower = name.to_ascii_lowercase();
+        if HOST_OWNED.contains(&lower.as_str()) {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        if vary && lower == "vary" && !vary_written {
+            vary_written = true;
+            if !has_token(value, "accept-encoding") && !has_token(value, "*") {
+                out.extend_from_slice(b", Accept-Encoding");
+            }
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    if vary && !vary_written {
+        out.extend_from_slice(b"vary: Accept-Encoding\r\n");
+    }
+    if let Some((coding, _)) = &coded {
+        out.extend_from_slice(b"content-encoding: ");
+        out.extend_from_slice(coding.token().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !bodiless {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(payload.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    connection_header(req.version, keep_alive, out);
+    out.extend_from_slice(b"\r\n");
+    if !req.head {
+        out.extend_from_slice(payload);
+    }
+    Ok(keep_alive)
+}
+
+/// Appends a small plain-text response the host writes itself (an error, 404, 503...).
+/// `extra` headers are trusted. Returns whether the connection stays open afterwards.
+pub fn encode_simple(
+    status: u16,
+    extra: &[(&str, &str)],
+    message: &str,
+    req: &RequestMeta<'_>,
+    out: &mut Vec<u8>,
+) -> bool {
+    status_line(status, out);
+    out.extend_from_slice(b"date: ");
+    date::append_now(out);
+    out.extend_from_slice(b"\r\ncontent-type: text/plain; charset=utf-8\r\n");
+    for (name, value) in extra {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"content-length: ");
+    out.extend_from_slice(itoa::Buffer::new().format(message.len() + 1).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    connection_header(req.version, req.keep_alive, out);
+    out.extend_from_slice(b"\r\n");
+    if !req.head {
+        out.extend_from_slice(message.as_bytes());
+        out.push(b'\n');
+    }
+    req.keep_alive
+}
+
+/// The interim response that tells a client to send the body it announced (RFC 9110 §10.1.1).
+pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+fn connection_header(version: Version, keep_alive: bool, out: &mut Vec<u8>) {
+    match (keep_alive, version) {
+        (false, _) => out.extend_from_slice(b"connection: close\r\n"),
+        (true, Version::Http10) => out.extend_from_slice(b"connection: keep-alive\r\n"),
+        (true, Version::Http11) => {}
+    }
+}
+
+/// `HTTP/1.1 SP status SP reason CRLF`; the SP before the reason is present even when the
+/// reason is empty (RFC 9112 §4).
+fn status_line(status: u16, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(reason(status).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// The standard reason phrase, or "" for codes without one.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        101 => "Switching Protocols",
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        203 => "Non-Authoritative Information",
+        204 => "No Content",
+        205 => "Reset Content",
+        206 => "Partial Content",
+        300 => "Multiple Choices",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        402 => "Payment Required",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        410 => "Gone",
+        411 => "Length Required",
+        412 => "Precondition Failed",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        415 => "Unsupported Media Type",
+        416 => "Range Not Satisfiable",
+        417 => "Expectation Failed",
+        421 => "Misdirected Request",
+        422 => "Unprocessable Content",
+        426 => "Upgrade Required",
+        428 => "Precondition Required",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GET: RequestMeta<'static> = RequestMeta {
+        version: Version::Http11,
+        head: false,
+        keep_alive: true,
+        accept_encoding: None,
+    };
+
+    fn text(status: u16, headers: &[Header], body: &[u8], req: RequestMeta<'_>) -> String {
+        let mut out = Vec::new();
+        encode(status, headers, body, &req, &mut out).unwrap();
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    fn h(name: &str, value: &str) -> Header {
+        (name.to_owned(), value.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn status_line_keeps_the_space_without_a_reason() {
+        assert!(text(299, &[], b"", GET).starts_with("HTTP/1.1 299 \r\n"));
+        assert!(text(200, &[], b"", GET).starts_with("HTTP/1.1 200 OK\r\n"));
+    }
+
+    #[test]
+    fn content_length_is_set_and_omitted_for_204() {
+        let t = text(200, &[h("Content-Length", "999")], b"abc", GET);
+        assert!(t.contains("content-length: 3\r\n"), "{t}");
+        assert!(!t.contains("999"));
+        let t = text(204, &[], b"ignored", GET);
+        assert!(!t.to_ascii_lowercase().contains("content-length"), "{t}");
+        assert!(t.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn head_has_length_but_no_body() {
+        let req = RequestMeta { head: true, ..GET };
+        let t = text(200, &[], b"abcdef", req);
+        assert!(t.contains("content-length: 6\r\n"));
+        assert!(t.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn connection_headers() {
+        let t = text(200, &[h("Connection", "close")], b"", GET);
+        assert!(t.contains("connection: close\r\n"));
+        let mut out = Vec::new();
+        let keep = encode(200, &[h("Connection", "close")], b"", &GET, &mut out).unwrap();
+        assert!(!keep);
+        let req = RequestMeta { version: Version::Http10, ..GET };
+        assert!(text(200, &[], b"", req).contains("connection: keep-alive\r\n"));
+    }
+
+    #[test]
+    fn plugin_cannot_split_the_response() {
+        let mut out = Vec::new();
+        let bad = [h("X-A", "a\r\nSet-Cookie: x")];
+        assert!(encode(200, &bad, b"", &GET, &mut out).is_err());
+        assert!(encode(200, &[h("Bad Name", "x")], b"", &GET, &mut out).is_err());
+        assert!(encode(101, &[], b"", &GET, &mut out).is_err());
+    }
+
+    #[test]
+    fn gzip_when_accepted_with_vary() {
+        let body = "line of text\n".repeat(200);
+        let ct = [h("Content-Type", "text/plain")];
+        let req = RequestMeta { accept_encoding: Some(b"gzip"), ..GET };
+        let t = text(200, &ct, body.as_bytes(), req);
+        assert!(t.contains("content-encoding: gzip\r\n"), "{t}");
+        assert!(t.contains("vary: Accept-Encoding\r\n"));
+        let t = text(200, &ct, body.as_bytes(), GET);
+        assert!(!t.contains("content-encoding"));
+        assert!(t.contains("vary: Accept-Encoding\r\n"));
+        let pre = [h("Content-Type", "text/plain"), h("Content-Encoding", "br")];
+        let t = text(200, &pre, body.as_bytes(), req);
+        assert!(!t.contains("gzip"));
+        let merged = [h("Content-Type", "text/plain"), h("Vary", "Origin")];
+        let t = text(200, &merged, body.as_bytes(), req);
+        assert!(t.contains("Vary: Origin, Accept-Encoding\r\n"), "{t}");
+    }
+}

@@ -1,0 +1,10 @@
+//! Host bindings generated from `wit/plugin.wit`: the `Plugin` world, its imports as traits the
+//! host implements (see [`super::state`]), and typed accessors for its exports.
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "plugin",
+});
+
+pub use ankh::plugin::types;
+pub use exports::ankh::plugin::handler;

@@ -1,0 +1,159 @@
+//! The request a plugin call is answering, and how its one final response gets to the client.
+//!
+//! A response can leave in two ways: returned from `handle-request`, or sent early through the
+//! `http.respond` import while the handler keeps running. Either way it goes through
+//! [`CallContext::respond`], which encodes it on the worker, hands the bytes to the I/O thread,
+//! and refuses any second final response for the same request.
+
+use std::fmt;
+
+use crate::job::{ConnId, Reply, ReplyTx};
+use crate::proto::response::{self, RequestMeta};
+use crate::proto::{Header, Version};
+
+/// Everything needed to answer one request, owned by the worker for the length of the call.
+pub struct CallContext {
+    pub request_id: u64,
+    pub plugin: std::sync::Arc<str>,
+    conn: ConnId,
+    seq: u64,
+    version: Version,
+    head: bool,
+    keep_alive: bool,
+    accept_encoding: Option<Vec<u8>>,
+    reply: ReplyTx,
+    responded: bool,
+    buf: Vec<u8>,
+}
+
+impl fmt::Debug for CallContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallContext")
+            .field("request_id", &self.request_id)
+            .field("conn", &self.conn)
+            .field("responded", &self.responded)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A second final response was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlreadyResponded;
+
+/// Where the answer to a request goes.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    pub conn: ConnId,
+    pub seq: u64,
+    pub request_id: u64,
+    pub version: Version,
+    pub head: bool,
+    pub keep_alive: bool,
+    pub accept_encoding: Option<Vec<u8>>,
+}
+
+impl CallContext {
+    pub fn new(origin: Origin, plugin: std::sync::Arc<str>, reply: ReplyTx, buf: Vec<u8>) -> Self {
+        CallContext {
+            request_id: origin.request_id,
+            plugin,
+            conn: origin.conn,
+            seq: origin.seq,
+            version: origin.version,
+            head: origin.head,
+            keep_alive: origin.keep_alive,
+            accept_encoding: origin.accept_encoding,
+            reply,
+            responded: false,
+            buf,
+        }
+    }
+
+    /// Whether a final response was sent.
+    pub fn responded(&self) -> bool {
+        self.responded
+    }
+
+    /// Takes back the encoding buffer for reuse.
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.buf
+    }
+
+    fn meta(&self) -> RequestMeta<'_> {
+        RequestMeta {
+            version: self.version,
+            head: self.head,
+            keep_alive: self.keep_alive,
+            accept_encoding: self.accept_encoding.as_deref(),
+        }
+    }
+
+    /// Sends a plugin's response. An invalid one (bad status or header) is replaced by a 500 and
+    /// logged.
+    pub fn respond(
+        &mut self,
+        status: u16,
+        headers: &[Header],
+        body: &[u8],
+    ) -> Result<(), AlreadyResponded> {
+        if self.responded {
+            tracing::warn!(
+                plugin = %self.plugin,
+                request = %format_args!("{:016x}", self.request_id),
+                status,
+                "second final response refused: the request was already answered"
+            );
+            return Err(AlreadyResponded);
+        }
+        let mut out = std::mem::take(&mut self.buf);
+        out.clear();
+        let meta = self.meta();
+        let keep_alive = match response::encode(status, headers, body, &meta, &mut out) {
+            Ok(keep_alive) => keep_alive,
+            Err(e) => {
+                tracing::error!(
+                    plugin = %self.plugin,
+                    request = %format_args!("{:016x}", self.request_id),
+                    "invalid response from plugin: {e}"
+                );
+                out.clear();
+                let message = self.error_message(&format!("returned an invalid response ({e})"));
+                response::encode_simple(500, &[], &message, &meta, &mut out)
+            }
+        };
+        self.send(out, keep_alive);
+        Ok(())
+    }
+
+    /// Sends a response written by the host (an error), unless one was sent already.
+    pub fn respond_error(&mut self, status: u16, message: &str) {
+        if self.responded {
+            return;
+        }
+        let mut out = std::mem::take(&mut self.buf);
+        out.clear();
+        let keep_alive = response::encode_simple(status, &[], message, &self.meta(), &mut out);
+        self.send(out, keep_alive);
+    }
+
+    /// The body of an error page: names the plugin and the request id, nothing internal.
+    pub fn error_message(&self, what: &str) -> String {
+        format!(
+            "plugin `{}` {what} (request {:016x})",
+            self.plugin, self.request_id
+        )
+    }
+
+    fn send(&mut self, bytes: Vec<u8>, keep_alive: bool) {
+        self.responded = true;
+        // The reply takes the bytes; the next response gets a fresh buffer with the same
+        // capacity, so the worker's steady state allocates one buffer per response at most.
+        self.buf = Vec::with_capacity(bytes.capacity().min(64 * 1024));
+        self.reply.send(Reply {
+            conn: self.conn,
+            seq: self.seq,
+            bytes,
+            close: !keep_alive,
+        });
+    }
+}

@@ -1,0 +1,137 @@
+//! The wasmtime `Engine` every plugin is compiled with, its `Linker`, and the epoch ticker.
+//!
+//! All guest limits are set up here or in [`super::instance`]: the pooling allocator sized for
+//! the worker count, the linear-memory cap, the wasm stack size, and epoch interruption driven
+//! by one ticker thread per engine (never a thread per request).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::bindings;
+use super::kv::KvStore;
+use super::state::HostState;
+use crate::limits::{EPOCH_TICK, GUEST_STACK_BYTES, INSTANCES_PER_WORKER};
+
+/// Engine-wide settings.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Worker threads, each holding up to [`INSTANCES_PER_WORKER`] instances.
+    pub workers: usize,
+    /// The most linear memory one instance may have.
+    pub memory_bytes: usize,
+    /// The CPU time one call may use.
+    pub cpu_deadline: Duration,
+    /// Use the pooling instance allocator (falls back to on-demand if it cannot be set up).
+    pub pooling: bool,
+}
+
+/// The compilation and linking context shared by every plugin.
+pub struct Runtime {
+    pub engine: Engine,
+    pub linker: Linker<HostState>,
+    pub kv: KvStore,
+    pub config: RuntimeConfig,
+    /// True when the pooling allocator is in use.
+    pub pooling: bool,
+    _ticker: EpochTicker,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("config", &self.config)
+            .field("pooling", &self.pooling)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    pub fn new(config: RuntimeConfig) -> anyhow::Result<Arc<Runtime>> {
+        let (engine, pooling) = if config.pooling {
+            match Engine::new(&engine_config(&config, true)) {
+                Ok(engine) => (engine, true),
+                Err(e) => {
+                    tracing::warn!("pooling allocator unavailable, allocating on demand: {e}");
+                    (Engine::new(&engine_config(&config, false))?, false)
+                }
+            }
+        } else {
+            (Engine::new(&engine_config(&config, false))?, false)
+        };
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+        let ticker = EpochTicker::start(engine.clone(), EPOCH_TICK);
+        Ok(Arc::new(Runtime {
+            engine,
+            linker,
+            kv: KvStore::default(),
+            config,
+            pooling,
+            _ticker: ticker,
+        }))
+    }
+}
+
+fn engine_config(config: &RuntimeConfig, pooling: bool) -> Config {
+    let mut c = Config::new();
+    c.wasm_component_model(true);
+    c.epoch_interruption(true);
+    c.max_wasm_stack(GUEST_STACK_BYTES);
+    if pooling {
+        // Every worker keeps an instance per plugin it served, plus a fresh one being created
+        // after a trap; a component holds a few core instances and usually one memory.
+        let instances = u32::try_from(config.workers.max(1))
+            .unwrap_or(u32::MAX / 64)
+            .saturating_mul(INSTANCES_PER_WORKER)
+            .saturating_add(64);
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(instances)
+            .total_core_instances(instances.saturating_mul(4))
+            .total_memories(instances.saturating_mul(2))
+            .total_tables(instances.saturating_mul(4))
+            .max_memory_size(config.memory_bytes);
+        c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    c
+}
+
+/// Advances the engine's epoch every `period` until dropped.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EpochTicker {
+    fn start(engine: Engine, period: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("ankh-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(period);
+                    engine.increment_epoch();
+                }
+            })
+            .expect("spawning the epoch ticker thread");
+        EpochTicker {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! The wasm side of the host: compiling plugins, instantiating them, calling them under limits.
+//!
+//! Knows nothing of sockets, queues or threads beyond its own epoch ticker.
+//!
+//! - [`engine`]: the wasmtime `Engine` and `Linker`, the pooling allocator, the epoch ticker;
+//! - [`plugin`]: a compiled, pre-instantiated plugin and its load errors;
+//! - [`registry`]: which plugin serves which path;
+//! - [`instance`]: a live instance held by one worker, and one call on it under limits;
+//! - [`state`]: the store data and the host side of the WIT imports;
+//! - [`call`]: the request a call is answering, and sending its response;
+//! - [`kv`]: the key-value store shared by all instances of a plugin;
+//! - [`stdio`]: plugin stdout/stderr, captured into the host's log.
+
+pub mod bindings;
+pub mod call;
+pub mod engine;
+pub mod instance;
+pub mod kv;
+pub mod plugin;
+pub mod registry;
+pub mod state;
+pub mod stdio;

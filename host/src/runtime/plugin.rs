@@ -1,0 +1,148 @@
+//! A plugin: a compiled component, checked against the `plugin` world and pre-instantiated,
+//! ready for any worker to instantiate cheaply. Compiling happens once, at load, never on the
+//! request path.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::Store;
+use wasmtime::component::Component;
+
+use super::bindings::PluginPre;
+use super::engine::Runtime;
+use super::kv::Namespace;
+use super::state::HostState;
+
+/// A loaded plugin. Immutable: a new version of the file is a new `Plugin`.
+pub struct Plugin {
+    /// The file stem: `hello` for `hello.wasm`.
+    pub name: Arc<str>,
+    pub path: PathBuf,
+    pub(crate) pre: PluginPre<HostState>,
+    pub(crate) kv: Arc<Namespace>,
+    pub memory_bytes: usize,
+    pub cpu_deadline: Duration,
+    /// How long compiling and checking took.
+    pub load_time: Duration,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a file could not become a plugin.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a WebAssembly file")]
+    NotWasm { path: PathBuf },
+    #[error(
+        "{path} is a core WebAssembly module, not a component: build it for wasm32-wasip2 (or wrap it with `wasm-tools component new`)"
+    )]
+    CoreModule { path: PathBuf },
+    #[error("{path} does not compile: {reason}")]
+    Compile { path: PathBuf, reason: String },
+    #[error("{path} does not match the ankh:plugin@0.1.0 world: {reason}")]
+    World { path: PathBuf, reason: String },
+    #[error("{path} fails to instantiate: {reason}")]
+    Instantiate { path: PathBuf, reason: String },
+}
+
+impl Plugin {
+    /// Compiles `path`, links it against the host's imports, checks that it exports the
+    /// `plugin` world, and instantiates it once to prove that it starts.
+    pub fn load(runtime: &Runtime, name: &str, path: &Path) -> Result<Plugin, LoadError> {
+        let started = Instant::now();
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        match bytes.get(..8) {
+            Some([0, b'a', b's', b'm', _, _, 0x0d, 0]) => {}
+            Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => {
+                return Err(LoadError::CoreModule {
+                    path: path.to_owned(),
+                });
+            }
+            _ => {
+                return Err(LoadError::NotWasm {
+                    path: path.to_owned(),
+                });
+            }
+        }
+        let component =
+            Component::new(&runtime.engine, &bytes).map_err(|e| LoadError::Compile {
+                path: path.to_owned(),
+                reason: format!("{e:#}"),
+            })?;
+        let world_error = |e: wasmtime::Error| LoadError::World {
+            path: path.to_owned(),
+            reason: format!("{e:#}"),
+        };
+        let instance_pre = runtime
+            .linker
+            .instantiate_pre(&component)
+            .map_err(world_error)?;
+        let pre = PluginPre::new(instance_pre).map_err(world_error)?;
+        let name: Arc<str> = Arc::from(name);
+        let plugin = Plugin {
+            kv: runtime.kv.namespace(&name),
+            name,
+            path: path.to_owned(),
+            pre,
+            memory_bytes: runtime.config.memory_bytes,
+            cpu_deadline: runtime.config.cpu_deadline,
+            load_time: Duration::ZERO,
+        };
+        // A start function that traps, or a memory larger than the cap, shows up here rather
+        // than on the first request.
+        plugin.new_store_and_instantiate().map_err(|e| LoadError::Instantiate {
+            path: path.to_owned(),
+            reason: format!("{e:#}"),
+        })?;
+        Ok(Plugin {
+            load_time: started.elapsed(),
+            ..plugin
+        })
+    }
+
+    /// A fresh store for this plugin, with its limits armed.
+    pub(crate) fn new_store(&self) -> Store<HostState> {
+        let state = HostState::new(
+            self.name.clone(),
+            self.kv.clone(),
+            self.memory_bytes,
+            self.cpu_deadline,
+        );
+        let mut store = Store::new(self.pre.engine(), state);
+        store.limiter(|s| &mut s.memory);
+        store.epoch_deadline_callback(|mut ctx| {
+            if ctx.data_mut().budget.tick(crate::limits::EPOCH_TICK) {
+                Ok(wasmtime::UpdateDeadline::Continue(1))
+            } else {
+                Ok(wasmtime::UpdateDeadline::Interrupt)
+            }
+        });
+        store
+    }
+
+    pub(crate) fn new_store_and_instantiate(
+        &self,
+    ) -> wasmtime::Result<(Store<HostState>, super::bindings::Plugin)> {
+        let mut store = self.new_store();
+        store.set_epoch_deadline(1);
+        store.data_mut().budget.reset();
+        let bindings = self.pre.instantiate(&mut store)?;
+        Ok((store, bindings))
+    }
+}

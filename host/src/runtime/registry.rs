@@ -1,0 +1,100 @@
+//! Which plugin serves which path.
+//!
+//! `NAME.wasm` is mounted at `/NAME` and serves that path and everything below it; `index.wasm`
+//! serves what no other plugin matches. The longest matching prefix wins. Readers take a
+//! snapshot (an `Arc` of the table); a writer builds a new table and swaps it in, so a request
+//! keeps the version it started with.
+
+use std::sync::{Arc, PoisonError, RwLock};
+
+use super::plugin::Plugin;
+
+/// The name whose plugin serves every path no other plugin matches.
+pub const INDEX: &str = "index";
+
+/// A plugin and the prefix it is mounted at.
+#[derive(Debug, Clone)]
+pub struct Mount {
+    /// `/NAME`, or `""` for the index plugin.
+    pub prefix: Arc<str>,
+    pub plugin: Arc<Plugin>,
+}
+
+/// The routing table.
+#[derive(Debug, Default)]
+pub struct Registry {
+    table: RwLock<Arc<Vec<Mount>>>,
+}
+
+impl Registry {
+    /// Looks up the plugin for `path`.
+    pub fn route(&self, path: &str) -> Option<Mount> {
+        let table = self.snapshot();
+        table
+            .iter()
+            .find(|m| matches(&m.prefix, path))
+            .cloned()
+    }
+
+    /// All mounts, longest prefix first.
+    pub fn snapshot(&self) -> Arc<Vec<Mount>> {
+        self.table.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Mounts `plugin` at the prefix its name implies, replacing any plugin of the same name.
+    pub fn insert(&self, plugin: Arc<Plugin>) {
+        let prefix = prefix_for(&plugin.name);
+        let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
+        let mut next: Vec<Mount> = table
+            .iter()
+            .filter(|m| m.plugin.name != plugin.name)
+            .cloned()
+            .collect();
+        next.push(Mount { prefix, plugin });
+        // Longest prefix first, so the first match is the most specific one.
+        next.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()).then(a.prefix.cmp(&b.prefix)));
+        *table = Arc::new(next);
+    }
+
+    /// Unmounts the plugin called `name`. Returns whether it was mounted.
+    pub fn remove(&self, name: &str) -> bool {
+        let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
+        let before = table.len();
+        let next: Vec<Mount> = table.iter().filter(|m| &*m.plugin.name != name).cloned().collect();
+        let removed = next.len() != before;
+        *table = Arc::new(next);
+        removed
+    }
+}
+
+/// The mount prefix for a plugin name.
+pub fn prefix_for(name: &str) -> Arc<str> {
+    if name == INDEX {
+        Arc::from("")
+    } else {
+        Arc::from(format!("/{name}"))
+    }
+}
+
+/// `/hello` matches `/hello`, `/hello/` and `/hello/x`, not `/helloworld`; `""` matches all.
+fn matches(prefix: &str, path: &str) -> bool {
+    match path.strip_prefix(prefix) {
+        Some(rest) => prefix.is_empty() || rest.is_empty() || rest.starts_with('/'),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::matches;
+
+    #[test]
+    fn prefixes_match_on_segment_boundaries() {
+        assert!(matches("/hello", "/hello"));
+        assert!(matches("/hello", "/hello/"));
+        assert!(matches("/hello", "/hello/a/b"));
+        assert!(!matches("/hello", "/helloworld"));
+        assert!(!matches("/hello", "/hell"));
+        assert!(matches("", "/anything"));
+    }
+}

@@ -1,0 +1,161 @@
+//! Plugin stdout and stderr, captured line by line into the host's log.
+//!
+//! Each line becomes one `tracing` event tagged with the plugin's name, the stream and the id of
+//! the request being handled, so `println!` in a plugin is a usable log, and a plugin cannot
+//! write to the host's own stdout.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+
+use crate::limits::GUEST_LOG_LINE_BYTES;
+
+/// What a log line from a plugin is tagged with. One per instance; the request id changes with
+/// every call.
+#[derive(Debug)]
+pub struct LogTags {
+    pub plugin: Arc<str>,
+    pub request: AtomicU64,
+}
+
+impl LogTags {
+    pub fn new(plugin: Arc<str>) -> Arc<Self> {
+        Arc::new(LogTags {
+            plugin,
+            request: AtomicU64::new(0),
+        })
+    }
+
+    /// The id of the request being handled, 0 outside a request.
+    pub fn request(&self) -> u64 {
+        self.request.load(Ordering::Relaxed)
+    }
+}
+
+/// A `StdoutStream` for `WasiCtxBuilder::stdout` / `stderr`.
+#[derive(Debug, Clone)]
+pub struct GuestOutput {
+    tags: Arc<LogTags>,
+    stream: &'static str,
+}
+
+impl GuestOutput {
+    pub fn stdout(tags: Arc<LogTags>) -> Self {
+        GuestOutput { tags, stream: "stdout" }
+    }
+
+    pub fn stderr(tags: Arc<LogTags>) -> Self {
+        GuestOutput { tags, stream: "stderr" }
+    }
+
+    fn writer(&self) -> LineWriter {
+        LineWriter {
+            out: self.clone(),
+            partial: Vec::new(),
+        }
+    }
+}
+
+impl IsTerminal for GuestOutput {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for GuestOutput {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.writer())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.writer())
+    }
+}
+
+/// Splits written bytes into lines and logs each complete one.
+struct LineWriter {
+    out: GuestOutput,
+    partial: Vec<u8>,
+}
+
+impl LineWriter {
+    fn write_bytes(&mut self, mut bytes: &[u8]) {
+        while let Some(nl) = bytes.iter().position(|&b| b == b'\n') {
+            self.partial.extend_from_slice(&bytes[..nl]);
+            self.emit();
+            bytes = &bytes[nl + 1..];
+        }
+        self.partial.extend_from_slice(bytes);
+        while self.partial.len() > GUEST_LOG_LINE_BYTES {
+            let rest = self.partial.split_off(GUEST_LOG_LINE_BYTES);
+            self.emit();
+            self.partial = rest;
+        }
+    }
+
+    fn emit(&mut self) {
+        let line = String::from_utf8_lossy(&self.partial);
+        let line = line.trim_end_matches('\r');
+        tracing::info!(
+            target: "ankh::plugin",
+            plugin = %self.out.tags.plugin,
+            request = %format_args!("{:016x}", self.out.tags.request()),
+            stream = self.out.stream,
+            "{line}"
+        );
+        self.partial.clear();
+    }
+}
+
+impl Drop for LineWriter {
+    fn drop(&mut self) {
+        if !self.partial.is_empty() {
+            self.emit();
+        }
+    }
+}
+
+impl OutputStream for LineWriter {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.write_bytes(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(64 * 1024)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for LineWriter {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for LineWriter {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.write_bytes(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}

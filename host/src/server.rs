@@ -1,0 +1,107 @@
+//! Putting the pipeline together: listener, runtime, plugins, pool, event loop.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+
+use crate::config::ServeConfig;
+use crate::dispatch::Dispatcher;
+use crate::job::reply_channel;
+use crate::loader::{self, Loaded};
+use crate::net::event_loop::{EventLoop, StopHandle};
+use crate::pool::WorkerPool;
+use crate::runtime::engine::{Runtime, RuntimeConfig};
+use crate::runtime::registry::Registry;
+
+/// A server that is bound and has loaded its plugins, ready to [`run`](Server::run).
+pub struct Server {
+    pub local_addr: SocketAddr,
+    pub registry: Arc<Registry>,
+    pub runtime: Arc<Runtime>,
+    pub loaded: Vec<Loaded>,
+    event_loop: EventLoop,
+    stop: StopHandle,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Binds the listener, loads the plugins and starts the workers. Errors name what is wrong
+    /// (a missing directory, an address in use) so the CLI can print them as they are.
+    pub fn bind(config: &ServeConfig) -> anyhow::Result<Server> {
+        let dir = &config.plugins_dir;
+        if !dir.is_dir() {
+            bail!(
+                "plugins directory {} does not exist (create it, or pass --plugins DIR)",
+                dir.display()
+            );
+        }
+        let std_listener = std::net::TcpListener::bind(config.listen).map_err(|e| {
+            let why = match e.kind() {
+                std::io::ErrorKind::AddrInUse => "the address is already in use".to_owned(),
+                std::io::ErrorKind::AddrNotAvailable => {
+                    "the address is not available on this machine".to_owned()
+                }
+                std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+                _ => e.to_string(),
+            };
+            anyhow::anyhow!("cannot listen on {}: {why}", config.listen)
+        })?;
+        std_listener.set_nonblocking(true)?;
+        let local_addr = std_listener.local_addr()?;
+        let listener = mio::net::TcpListener::from_std(std_listener);
+
+        let runtime = Runtime::new(RuntimeConfig {
+            workers: config.workers,
+            memory_bytes: config.limits.guest_memory_bytes,
+            cpu_deadline: config.limits.guest_cpu_deadline,
+            pooling: config.pooling,
+        })
+        .context("cannot set up the wasm runtime")?;
+        let registry = Arc::new(Registry::default());
+        let loaded = loader::load_dir(&runtime, dir, &registry)
+            .with_context(|| format!("cannot read plugins directory {}", dir.display()))?;
+
+        let (poll, waker) = EventLoop::poll_and_waker()?;
+        let wake = waker.clone();
+        let (reply_tx, reply_rx) = reply_channel(Arc::new(move || {
+            let _ = wake.wake();
+        }));
+        let pool = WorkerPool::new(config.workers, config.limits.queue_depth, reply_tx)
+            .context("cannot start worker threads")?;
+        let dispatcher = Dispatcher::new(registry.clone(), pool);
+        let (event_loop, stop) = EventLoop::new(
+            poll,
+            waker,
+            listener,
+            dispatcher,
+            reply_rx,
+            config.limits.clone(),
+        )?;
+        Ok(Server {
+            local_addr,
+            registry,
+            runtime,
+            loaded,
+            event_loop,
+            stop,
+        })
+    }
+
+    /// A handle that stops [`run`](Server::run) from another thread.
+    pub fn stop_handle(&self) -> StopHandle {
+        self.stop.clone()
+    }
+
+    /// Serves on the calling thread until stopped.
+    pub fn run(self) -> anyhow::Result<()> {
+        self.event_loop.run().context("the event loop failed")
+    }
+}
