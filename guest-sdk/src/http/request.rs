@@ -1,0 +1,325 @@
+//! [`Request`]: read-only access to one buffered request, with the path made relative to the
+//! plugin's mount point and the query and route captures decoded.
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+
+use crate::http::{Outcome, Response};
+use crate::percent;
+use crate::wit;
+
+/// One HTTP request, fully buffered by the host.
+///
+/// Accessors borrow from the request; the decoded views ([`route_path`](Self::route_path),
+/// [`query_param`](Self::query_param), ...) are computed from the raw fields, which stay
+/// available through [`as_raw`](Self::as_raw).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    raw: wit::Request,
+    route_path: String,
+    /// `route_path` split on `/` *before* decoding, so a `%2F` stays inside its segment.
+    segments: Vec<String>,
+    params: Vec<(String, String)>,
+}
+
+impl Request {
+    /// Wraps a request as the host delivered it.
+    pub fn new(raw: wit::Request) -> Self {
+        let route_raw = route_raw(&raw.path, &raw.mount);
+        let route_path = percent::decode_path(route_raw).into_owned();
+        let segments = route_raw[1..]
+            .split('/')
+            .map(|segment| percent::decode_path(segment).into_owned())
+            .collect();
+        Self {
+            raw,
+            route_path,
+            segments,
+            params: Vec::new(),
+        }
+    }
+
+    /// The WIT record this request was built from.
+    pub fn as_raw(&self) -> &wit::Request {
+        &self.raw
+    }
+
+    /// Unwraps the WIT record.
+    pub fn into_raw(self) -> wit::Request {
+        self.raw
+    }
+
+    /// The request id, unique within the running host (it appears in the host's log lines).
+    pub fn id(&self) -> &str {
+        &self.raw.id
+    }
+
+    /// The method token as sent, e.g. `GET`.
+    pub fn method(&self) -> &str {
+        &self.raw.method
+    }
+
+    /// The protocol version of the request line.
+    pub fn version(&self) -> wit::HttpVersion {
+        self.raw.version
+    }
+
+    /// The peer address, e.g. `127.0.0.1:51234`.
+    pub fn remote_addr(&self) -> &str {
+        &self.raw.remote_addr
+    }
+
+    /// The full path of the request target, still percent-encoded, without the query.
+    pub fn path(&self) -> &str {
+        &self.raw.path
+    }
+
+    /// The prefix the plugin is mounted at, e.g. `/todo` (empty for the index plugin).
+    pub fn mount(&self) -> &str {
+        &self.raw.mount
+    }
+
+    /// The path below the mount point, percent-decoded (lossily, as UTF-8).
+    ///
+    /// Always starts with `/`. At the mount point itself it is `/`, with or without a trailing
+    /// slash: for a plugin mounted at `/todo`, both `/todo` and `/todo/` give `/`, and
+    /// `/todo/items%20x` gives `/items x`. The [`Router`](crate::Router) matches against this.
+    pub fn route_path(&self) -> &str {
+        &self.route_path
+    }
+
+    /// The decoded segments of the route path (the router's input).
+    pub(crate) fn route_segments(&self) -> &[String] {
+        &self.segments
+    }
+
+    /// The raw query string, without the `?` (empty when there is none).
+    pub fn query(&self) -> &str {
+        &self.raw.query
+    }
+
+    /// The first value of the query parameter `name`, decoded (`+` is a space).
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        percent::query_pairs(&self.raw.query)
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.into_owned())
+    }
+
+    /// Every value of the query parameter `name`, decoded, in the order sent.
+    pub fn query_params(&self, name: &str) -> Vec<String> {
+        percent::query_pairs(&self.raw.query)
+            .filter(|(key, _)| key == name)
+            .map(|(_, value)| value.into_owned())
+            .collect()
+    }
+
+    /// All query parameters, decoded, in the order sent (repeated keys stay separate).
+    pub fn query_pairs(&self) -> Vec<(String, String)> {
+        percent::query_pairs(&self.raw.query)
+            .map(|(key, value)| (key.into_owned(), value.into_owned()))
+            .collect()
+    }
+
+    /// The first value of the header `name` (case-insensitive), if it is valid UTF-8.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.header_all(name)
+            .next()
+            .and_then(|value| std::str::from_utf8(value).ok())
+    }
+
+    /// Every value of the header `name` (case-insensitive), as raw bytes, in the order sent.
+    pub fn header_all(&self, name: &str) -> impl Iterator<Item = &[u8]> {
+        self.raw
+            .headers
+            .iter()
+            .filter(move |header| header.name.eq_ignore_ascii_case(name))
+            .map(|header| header.value.as_slice())
+    }
+
+    /// Every header as `(name, value)`, in the order sent; names as the client spelled them.
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.raw
+            .headers
+            .iter()
+            .map(|header| (header.name.as_str(), header.value.as_slice()))
+    }
+
+    /// The body, with any chunked transfer coding already removed.
+    pub fn body(&self) -> &[u8] {
+        &self.raw.body
+    }
+
+    /// The body as UTF-8 text.
+    pub fn text(&self) -> Result<&str, std::str::Utf8Error> {
+        std::str::from_utf8(&self.raw.body)
+    }
+
+    /// Deserializes the body as JSON (the `Content-Type` is not checked).
+    ///
+    /// [`JsonError`] is itself an [`IntoOutcome`](crate::IntoOutcome) (a `400`), so a handler
+    /// returning `Result<Response, JsonError>` can use `?`.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, JsonError> {
+        serde_json::from_slice(&self.raw.body).map_err(JsonError)
+    }
+
+    /// The route capture `name` (`@name` or `{name}` in the pattern), decoded.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// All route captures as `(name, value)`, in pattern order.
+    pub fn params(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.params
+            .iter()
+            .map(|(key, value)| (key.as_str(), value.as_str()))
+    }
+
+    /// Sets the route captures; called by the router before it runs a handler.
+    pub(crate) fn set_params(&mut self, params: Vec<(String, String)>) {
+        self.params = params;
+    }
+
+    /// Sends `response` to the client now, while the handler keeps running.
+    ///
+    /// The handler must then return [`Outcome::Done`]. Only the first final response counts:
+    /// a second call fails with [`RespondError::AlreadyResponded`](crate::RespondError), and a
+    /// call from a WebSocket event with [`RespondError::NoRequest`](crate::RespondError).
+    pub fn respond(&self, response: Response) -> Result<(), crate::RespondError> {
+        crate::bindings::ankh::plugin::http::respond(&response.into_raw())
+    }
+}
+
+impl From<wit::Request> for Request {
+    fn from(raw: wit::Request) -> Self {
+        Self::new(raw)
+    }
+}
+
+/// The still-encoded part of `path` below `mount`, starting with `/`.
+fn route_raw<'a>(path: &'a str, mount: &str) -> &'a str {
+    match path.strip_prefix(mount.trim_end_matches('/')) {
+        Some(rest) if rest.starts_with('/') => rest,
+        Some("") => "/",
+        // The path is not below the mount at a segment boundary (the host never sends such a
+        // request): fall back to the whole path, or `/` when even that is not a path.
+        _ if path.starts_with('/') => path,
+        _ => "/",
+    }
+}
+
+/// A request body that is not the JSON the handler expected.
+///
+/// As an [`IntoOutcome`](crate::IntoOutcome) it becomes `400 Bad Request` with the JSON body
+/// `{"error": "<message>"}`.
+#[derive(Debug)]
+pub struct JsonError(serde_json::Error);
+
+impl JsonError {
+    /// The underlying `serde_json` error (line, column, category).
+    pub fn inner(&self) -> &serde_json::Error {
+        &self.0
+    }
+}
+
+impl fmt::Display for JsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid JSON body: {}", self.0)
+    }
+}
+
+impl std::error::Error for JsonError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+impl crate::IntoOutcome for JsonError {
+    fn into_outcome(self) -> Outcome {
+        let body = serde_json::json!({ "error": self.to_string() });
+        Outcome::Respond(Response::json(&body).with_status(400))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::request;
+
+    #[test]
+    fn route_path_is_relative_to_the_mount() {
+        assert_eq!(request("GET", "/todo", "/todo").route_path(), "/");
+        assert_eq!(request("GET", "/todo", "/todo/").route_path(), "/");
+        assert_eq!(
+            request("GET", "/todo", "/todo/items/3").route_path(),
+            "/items/3"
+        );
+        assert_eq!(request("GET", "", "/").route_path(), "/");
+        assert_eq!(request("GET", "", "/a/b").route_path(), "/a/b");
+        assert_eq!(request("GET", "/todo/", "/todo/x").route_path(), "/x");
+    }
+
+    #[test]
+    fn route_path_is_decoded_but_segments_keep_encoded_slashes() {
+        let req = request("GET", "/m", "/m/a%2Fb/c%20d");
+        assert_eq!(req.route_path(), "/a/b/c d");
+        assert_eq!(req.route_segments(), ["a/b", "c d"]);
+        assert_eq!(req.path(), "/m/a%2Fb/c%20d");
+    }
+
+    #[test]
+    fn query_decoding() {
+        let mut raw = request("GET", "/m", "/m").into_raw();
+        raw.query = "q=a+b%20c&tag=x&tag=y%26z&empty=&flag".to_owned();
+        let req = Request::new(raw);
+        assert_eq!(req.query_param("q").as_deref(), Some("a b c"));
+        assert_eq!(req.query_param("tag").as_deref(), Some("x"));
+        assert_eq!(req.query_params("tag"), ["x", "y&z"]);
+        assert_eq!(req.query_param("empty").as_deref(), Some(""));
+        assert_eq!(req.query_param("flag").as_deref(), Some(""));
+        assert_eq!(req.query_param("missing"), None);
+        assert!(req.query_params("missing").is_empty());
+        assert_eq!(req.query_pairs().len(), 5);
+        assert_eq!(req.query_pairs()[3], ("empty".to_owned(), String::new()));
+    }
+
+    #[test]
+    fn headers_are_case_insensitive_and_ordered() {
+        let mut raw = request("GET", "/m", "/m").into_raw();
+        raw.headers = vec![
+            header("Accept", b"text/html"),
+            header("X-Bin", b"\xff"),
+            header("accept", b"application/json"),
+        ];
+        let req = Request::new(raw);
+        assert_eq!(req.header("ACCEPT"), Some("text/html"));
+        assert_eq!(req.header("x-bin"), None, "not UTF-8");
+        assert_eq!(req.header("missing"), None);
+        let all: Vec<_> = req.header_all("accept").collect();
+        assert_eq!(all, [&b"text/html"[..], &b"application/json"[..]]);
+        let names: Vec<_> = req.headers().map(|(name, _)| name).collect();
+        assert_eq!(names, ["Accept", "X-Bin", "accept"]);
+    }
+
+    #[test]
+    fn body_as_text_and_json() {
+        let mut raw = request("POST", "/m", "/m").into_raw();
+        raw.body = br#"{"val": 41}"#.to_vec();
+        let req = Request::new(raw);
+        assert_eq!(req.text().unwrap(), r#"{"val": 41}"#);
+        let value: serde_json::Value = req.json().unwrap();
+        assert_eq!(value["val"], 41);
+        let err = req.json::<Vec<u8>>().unwrap_err();
+        assert!(err.to_string().starts_with("invalid JSON body"), "{err}");
+    }
+
+    fn header(name: &str, value: &[u8]) -> wit::Header {
+        wit::Header {
+            name: name.to_owned(),
+            value: value.to_vec(),
+        }
+    }
+}

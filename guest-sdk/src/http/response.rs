@@ -1,0 +1,205 @@
+//! [`Response`]: a builder for the response a handler returns (or sends early with
+//! [`Request::respond`](crate::Request::respond)).
+//!
+//! The host adds `Date`, `Content-Length` and the connection headers, and compresses the body
+//! when the client accepts it, so a handler sets only what is specific to its answer.
+
+use serde::Serialize;
+
+use crate::wit;
+
+/// `Content-Type` of [`Response::text`] and [`Response::bad_request`].
+const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
+/// `Content-Type` of [`Response::html`].
+const TEXT_HTML: &str = "text/html; charset=utf-8";
+/// `Content-Type` of [`Response::json`].
+const APPLICATION_JSON: &str = "application/json";
+
+/// An HTTP response: a status code, header fields in order, and a body.
+///
+/// Build one with a constructor and chain `with_*` calls:
+///
+/// ```
+/// use ankh_guest::Response;
+///
+/// let response = Response::text("created")
+///     .with_status(201)
+///     .with_header("Location", "/todo/items/7");
+/// assert_eq!(response.status_code(), 201);
+/// assert_eq!(response.header("location"), Some("/todo/items/7"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    raw: wit::Response,
+}
+
+impl Response {
+    /// A response with this status, no headers and an empty body.
+    pub fn new(status: u16) -> Self {
+        Self {
+            raw: wit::Response {
+                status,
+                headers: Vec::new(),
+                body: Vec::new(),
+            },
+        }
+    }
+
+    /// The same as [`Response::new`]: this status and an empty body (e.g. `204`).
+    pub fn status(status: u16) -> Self {
+        Self::new(status)
+    }
+
+    /// `200` with a `text/plain; charset=utf-8` body.
+    pub fn text(body: impl Into<String>) -> Self {
+        Self::bytes(TEXT_PLAIN, body.into())
+    }
+
+    /// `200` with a `text/html; charset=utf-8` body.
+    pub fn html(body: impl Into<String>) -> Self {
+        Self::bytes(TEXT_HTML, body.into())
+    }
+
+    /// `200` with `value` serialized as an `application/json` body.
+    ///
+    /// If serialization fails (a map with non-string keys, a failing `Serialize` impl), the
+    /// response is a `500` whose text body names the error instead.
+    pub fn json(value: &impl Serialize) -> Self {
+        match serde_json::to_vec(value) {
+            Ok(body) => Self::bytes(APPLICATION_JSON, body),
+            Err(err) => {
+                Self::text(format!("failed to serialize the JSON response: {err}")).with_status(500)
+            }
+        }
+    }
+
+    /// `200` with this body and `Content-Type`.
+    pub fn bytes(content_type: &str, body: impl Into<Vec<u8>>) -> Self {
+        Self::new(200)
+            .with_header("Content-Type", content_type)
+            .with_body(body)
+    }
+
+    /// `404` with the text body `Not Found`.
+    pub fn not_found() -> Self {
+        Self::text("Not Found").with_status(404)
+    }
+
+    /// `400` with `message` as a text body.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::text(message).with_status(400)
+    }
+
+    /// Replaces the status code.
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.raw.status = status;
+        self
+    }
+
+    /// Appends a header field (an existing field of the same name stays).
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
+        self.raw.headers.push(wit::Header {
+            name: name.into(),
+            value: value.into(),
+        });
+        self
+    }
+
+    /// Sets a header field, removing every existing field of that name (case-insensitive)
+    /// first; e.g. to change the `Content-Type` a constructor chose.
+    pub fn replace_header(mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
+        let name = name.into();
+        self.raw
+            .headers
+            .retain(|header| !header.name.eq_ignore_ascii_case(&name));
+        self.with_header(name, value)
+    }
+
+    /// Replaces the body (headers, including `Content-Type`, are unchanged).
+    pub fn with_body(mut self, body: impl Into<Vec<u8>>) -> Self {
+        self.raw.body = body.into();
+        self
+    }
+
+    /// The status code.
+    pub fn status_code(&self) -> u16 {
+        self.raw.status
+    }
+
+    /// The first value of the header `name` (case-insensitive), if it is valid UTF-8.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.raw
+            .headers
+            .iter()
+            .find(|header| header.name.eq_ignore_ascii_case(name))
+            .and_then(|header| std::str::from_utf8(&header.value).ok())
+    }
+
+    /// Every header as `(name, value)`, in order.
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.raw
+            .headers
+            .iter()
+            .map(|header| (header.name.as_str(), header.value.as_slice()))
+    }
+
+    /// The body.
+    pub fn body(&self) -> &[u8] {
+        &self.raw.body
+    }
+
+    /// The WIT record the host receives.
+    pub fn into_raw(self) -> wit::Response {
+        self.raw
+    }
+}
+
+impl From<wit::Response> for Response {
+    fn from(raw: wit::Response) -> Self {
+        Self { raw }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constructors_set_status_and_content_type() {
+        let text = Response::text("hi");
+        assert_eq!(text.status_code(), 200);
+        assert_eq!(text.header("content-type"), Some(TEXT_PLAIN));
+        assert_eq!(text.body(), b"hi");
+        assert_eq!(
+            Response::html("<p>").header("Content-Type"),
+            Some(TEXT_HTML)
+        );
+        assert_eq!(Response::status(204).body(), b"");
+        assert_eq!(Response::status(204).headers().count(), 0);
+        assert_eq!(Response::not_found().status_code(), 404);
+        let bad = Response::bad_request("no title");
+        assert_eq!((bad.status_code(), bad.body()), (400, &b"no title"[..]));
+        let bytes = Response::bytes("image/png", vec![1, 2]);
+        assert_eq!(bytes.header("content-type"), Some("image/png"));
+    }
+
+    #[test]
+    fn json_body() {
+        let ok = Response::json(&serde_json::json!({"id": 1}));
+        assert_eq!(ok.header("content-type"), Some(APPLICATION_JSON));
+        assert_eq!(ok.body(), br#"{"id":1}"#);
+        let map: std::collections::BTreeMap<(u8, u8), u8> = [((1, 2), 3)].into();
+        assert_eq!(Response::json(&map).status_code(), 500);
+    }
+
+    #[test]
+    fn headers_append_or_replace() {
+        let response = Response::text("x")
+            .with_header("Set-Cookie", "a=1")
+            .with_header("Set-Cookie", "b=2")
+            .replace_header("content-type", "text/csv");
+        let names: Vec<_> = response.headers().map(|(name, _)| name).collect();
+        assert_eq!(names, ["Set-Cookie", "Set-Cookie", "content-type"]);
+        assert_eq!(response.header("Content-Type"), Some("text/csv"));
+    }
+}

@@ -1,0 +1,77 @@
+//! WebSockets: sending to the host's connections, and the [`WebSocketHandler`] trait that
+//! receives their events.
+//!
+//! The host owns every connection. A handler accepts an upgrade by returning
+//! [`Outcome::upgrade`](crate::Outcome::upgrade); the connection's events then arrive, in
+//! order and never concurrently, at the plugin's `WebSocketHandler` (see
+//! [`export_plugin!`](crate::export_plugin)). Sending never blocks the plugin: the host queues
+//! the message.
+
+use crate::Request;
+use crate::bindings::ankh::plugin::websocket as imports;
+
+pub use crate::wit::{CloseInfo, ConnectionId, Message, WsError};
+
+/// Sends `message` to `conn`.
+pub fn send(conn: ConnectionId, message: &Message) -> Result<(), WsError> {
+    imports::send(conn, message)
+}
+
+/// Sends a text message to `conn`.
+pub fn send_text(conn: ConnectionId, text: &str) -> Result<(), WsError> {
+    send(conn, &Message::Text(text.to_owned()))
+}
+
+/// Sends a binary message to `conn`.
+pub fn send_binary(conn: ConnectionId, bytes: &[u8]) -> Result<(), WsError> {
+    send(conn, &Message::Binary(bytes.to_vec()))
+}
+
+/// Starts the closing handshake with `code` (e.g. 1000) and `reason`.
+pub fn close(conn: ConnectionId, code: u16, reason: &str) -> Result<(), WsError> {
+    imports::close(conn, code, reason)
+}
+
+/// Subscribes `conn` to `topic`, so that it receives what is [`publish`]ed there.
+pub fn subscribe(conn: ConnectionId, topic: &str) -> Result<(), WsError> {
+    imports::subscribe(conn, topic)
+}
+
+/// Unsubscribes `conn` from `topic`.
+pub fn unsubscribe(conn: ConnectionId, topic: &str) -> Result<(), WsError> {
+    imports::unsubscribe(conn, topic)
+}
+
+/// Sends `message` to every connection subscribed to `topic`; returns how many there were.
+pub fn publish(topic: &str, message: &Message) -> Result<u32, WsError> {
+    imports::publish(topic, message)
+}
+
+/// Receives the events of the plugin's WebSocket connections. Every method defaults to doing
+/// nothing.
+///
+/// One value lives in each plugin instance, created with `Default` on its first event.
+/// Instances are per worker and are replaced after a trap, so state that must be seen by every
+/// connection belongs in [`kv`](crate::kv) or in topics, not in fields.
+pub trait WebSocketHandler {
+    /// The connection was upgraded; `request` is the request that asked for it.
+    fn on_open(&mut self, conn: ConnectionId, request: &Request) {
+        let _ = (conn, request);
+    }
+
+    /// A complete data message arrived.
+    fn on_message(&mut self, conn: ConnectionId, message: Message) {
+        let _ = (conn, message);
+    }
+
+    /// The connection ended (exactly once per connection).
+    fn on_close(&mut self, conn: ConnectionId, info: CloseInfo) {
+        let _ = (conn, info);
+    }
+}
+
+/// The handler of a plugin that does not use WebSockets: ignores every event.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoWebSocket;
+
+impl WebSocketHandler for NoWebSocket {}
