@@ -1,0 +1,213 @@
+//! Build: `cd tests/plugins && cargo build --release --target wasm32-wasip2`, then `curl localhost:8080/probe/status/418`.
+//!
+//! A grab bag of behaviours for the host's protocol and sandbox tests. Every route is a
+//! `GET` unless noted; a missing or malformed number gives `400`.
+//!
+//! - `/probe/ok`: `ok <n>`, n = requests this instance has served, this one included
+//! - `/probe/status/{code}`: empty body with that status (100..=999); `?body=TEXT` adds a text body
+//! - `/probe/early?ms=N`: sends `early` through `http.respond` at once, sleeps N ms (default
+//!   10000), logs `early done`, returns `done`
+//! - `/probe/twice`: responds `first`, then `second` (must be refused with `already-responded`;
+//!   an error is logged otherwise), then returns `third`, which the host must refuse too
+//! - `/probe/none`: returns `done` without responding
+//! - `/probe/close`: `ok` with `Connection: close`
+//! - `POST /probe/inc`: `{"val": n}` → `{"val": n+1}`
+//! - `/probe/big?n=N&type=T&enc=E`: N bytes (default 4096) of compressible text, Content-Type T
+//!   (default `text/plain`), and `Content-Encoding: E` when given (the body is not encoded)
+//! - `/probe/sleep?ms=N`: sleeps N ms, then `slept N`
+//! - `/probe/log?marker=M`: `stdout M` on stdout, `stderr M` on stderr, and a `log M` info line
+//!   with the field `marker=M` through the log import; returns `logged`
+//! - `/probe/kv?key=K&delta=D`: `kv::increment(K, D)` (D defaults to 1), returns the new value
+//! - `/probe/env?name=N`: the environment variable N, or `absent`
+//! - `/probe/file?path=P`: `read <len>` or `error <message>` (200 either way)
+//! - `/probe/connect?addr=A`: `connected` or `error <message>` (200 either way)
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ankh_guest::prelude::*;
+use ankh_guest::{RespondError, kv::KvError};
+use serde::{Deserialize, Serialize};
+
+/// Requests served by this instance; a fresh instance starts from zero.
+static SERVED: AtomicU64 = AtomicU64::new(0);
+
+/// How long `/probe/early` sleeps after responding when `ms` is not given.
+const EARLY_DEFAULT_SLEEP_MS: u64 = 10_000;
+/// The body size of `/probe/big` when `n` is not given.
+const BIG_DEFAULT_BYTES: usize = 4096;
+
+fn count() -> u64 {
+    SERVED.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+/// The query parameter `name` parsed as `T`: `default` when absent, a `400` when malformed.
+fn query<T: FromStr>(req: &Request, name: &str, default: Option<T>) -> Result<T, Response> {
+    match (req.query_param(name), default) {
+        (Some(raw), _) => raw
+            .parse()
+            .map_err(|_| Response::bad_request(format!("malformed query parameter `{name}`"))),
+        (None, Some(default)) => Ok(default),
+        (None, None) => Err(Response::bad_request(format!(
+            "missing query parameter `{name}`"
+        ))),
+    }
+}
+
+fn status(req: &Request) -> Result<Response, Response> {
+    let code: u16 = req
+        .param("code")
+        .and_then(|code| code.parse().ok())
+        .filter(|code| (100..=999).contains(code))
+        .ok_or_else(|| Response::bad_request("the status must be a number in 100..=999"))?;
+    Ok(match req.query_param("body") {
+        Some(body) => Response::text(body).with_status(code),
+        None => Response::status(code),
+    })
+}
+
+fn early(req: &Request) -> Result<Outcome, Response> {
+    let ms = query(req, "ms", Some(EARLY_DEFAULT_SLEEP_MS))?;
+    if let Err(err) = req.respond(Response::text("early")) {
+        log::error(&format!("early response refused: {err}"));
+    }
+    std::thread::sleep(Duration::from_millis(ms));
+    log::info("early done");
+    Ok(Outcome::Done)
+}
+
+fn twice(req: &Request) -> Response {
+    if let Err(err) = req.respond(Response::text("first")) {
+        log::error(&format!("first response refused: {err}"));
+    }
+    match req.respond(Response::text("second")) {
+        Err(RespondError::AlreadyResponded) => {}
+        other => log::error(&format!(
+            "second response: expected Err(AlreadyResponded), got {other:?}"
+        )),
+    }
+    Response::text("third")
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Val {
+    val: i64,
+}
+
+fn inc(req: &Request) -> Result<Response, Response> {
+    let Val { val } = req
+        .json()
+        .map_err(|err| Response::bad_request(err.to_string()))?;
+    let val = val
+        .checked_add(1)
+        .ok_or_else(|| Response::bad_request("val + 1 overflows an i64"))?;
+    Ok(Response::json(&Val { val }))
+}
+
+fn big(req: &Request) -> Result<Response, Response> {
+    let len = query(req, "n", Some(BIG_DEFAULT_BYTES))?;
+    let content_type = req
+        .query_param("type")
+        .unwrap_or_else(|| "text/plain".to_owned());
+    let mut body = String::with_capacity(len + 32);
+    let mut line = 0u64;
+    while body.len() < len {
+        body.push_str(&format!("ankh probe line {line:04}\n"));
+        line += 1;
+    }
+    body.truncate(len);
+    let response = Response::bytes(&content_type, body);
+    Ok(match req.query_param("enc") {
+        Some(encoding) => response.with_header("Content-Encoding", encoding),
+        None => response,
+    })
+}
+
+fn sleep(req: &Request) -> Result<String, Response> {
+    let ms: u64 = query(req, "ms", None)?;
+    std::thread::sleep(Duration::from_millis(ms));
+    Ok(format!("slept {ms}"))
+}
+
+fn log_marker(req: &Request) -> &'static str {
+    let marker = req.query_param("marker").unwrap_or_default();
+    println!("stdout {marker}");
+    eprintln!("stderr {marker}");
+    log::log(
+        log::Level::Info,
+        &format!("log {marker}"),
+        &[("marker", &marker)],
+    );
+    "logged"
+}
+
+fn kv_increment(req: &Request) -> Result<String, Response> {
+    let key = req
+        .query_param("key")
+        .ok_or_else(|| Response::bad_request("missing query parameter `key`"))?;
+    let delta: i64 = query(req, "delta", Some(1))?;
+    kv::increment(&key, delta)
+        .map(|value| value.to_string())
+        .map_err(|err| {
+            let status = match err {
+                KvError::TooLarge => 413,
+                KvError::Full => 507,
+                KvError::NotANumber | KvError::Overflow => 409,
+            };
+            Response::text(format!("kv error: {err:?}")).with_status(status)
+        })
+}
+
+fn env(req: &Request) -> String {
+    let name = req.query_param("name").unwrap_or_default();
+    std::env::var(name).unwrap_or_else(|_| "absent".to_owned())
+}
+
+fn file(req: &Request) -> String {
+    let path = req.query_param("path").unwrap_or_default();
+    match std::fs::read_to_string(path) {
+        Ok(text) => format!("read {}", text.len()),
+        Err(err) => format!("error {err}"),
+    }
+}
+
+fn connect(req: &Request) -> String {
+    let addr = req.query_param("addr").unwrap_or_default();
+    match std::net::TcpStream::connect(addr) {
+        Ok(_) => "connected".to_owned(),
+        Err(err) => format!("error {err}"),
+    }
+}
+
+fn router() -> Router {
+    // Every handler counts the request, so `ok <n>` tells a fresh instance apart.
+    fn counted<O: IntoOutcome>(
+        handler: impl Fn(&Request) -> O + 'static,
+    ) -> impl Fn(&Request) -> O + 'static {
+        move |req| {
+            count();
+            handler(req)
+        }
+    }
+    Router::new()
+        .get("/ok", |_req: &Request| format!("ok {}", count()))
+        .get("/status/{code}", counted(status))
+        .get("/early", counted(early))
+        .get("/twice", counted(twice))
+        .get("/none", counted(|_req: &Request| Outcome::Done))
+        .get(
+            "/close",
+            counted(|_req: &Request| Response::text("ok").with_header("Connection", "close")),
+        )
+        .post("/inc", counted(inc))
+        .get("/big", counted(big))
+        .get("/sleep", counted(sleep))
+        .get("/log", counted(log_marker))
+        .get("/kv", counted(kv_increment))
+        .get("/env", counted(env))
+        .get("/file", counted(file))
+        .get("/connect", counted(connect))
+}
+
+ankh_guest::export_plugin!(router);
