@@ -27,6 +27,7 @@ pub struct Built {
 struct Metadata {
     packages: Vec<Package>,
     workspace_members: Vec<String>,
+    workspace_root: PathBuf,
     target_directory: PathBuf,
 }
 
@@ -51,6 +52,8 @@ struct PluginCrate {
     package: String,
     lib: String,
     target_dir: PathBuf,
+    /// The manifest cargo is invoked with: the workspace root's, so a workspace builds in one go.
+    root_manifest: PathBuf,
 }
 
 /// Builds every plugin crate in `src` and writes `NAME.wasm` files into `out`.
@@ -71,10 +74,9 @@ pub fn build(src: &Path, out: &Path, release: bool) -> anyhow::Result<Vec<Built>
     // Crates of one workspace are built by one cargo invocation.
     let mut by_manifest: Vec<(PathBuf, Vec<&PluginCrate>)> = Vec::new();
     for c in &crates {
-        let root = workspace_manifest(&c.manifest);
-        match by_manifest.iter_mut().find(|(m, _)| *m == root) {
+        match by_manifest.iter_mut().find(|(m, _)| *m == c.root_manifest) {
             Some((_, list)) => list.push(c),
-            None => by_manifest.push((root, vec![c])),
+            None => by_manifest.push((c.root_manifest.clone(), vec![c])),
         }
     }
     for (manifest, list) in &by_manifest {
@@ -140,7 +142,9 @@ fn check_target() -> anyhow::Result<()> {
     }
     let installed = String::from_utf8_lossy(&output.stdout);
     if !installed.lines().any(|l| l.trim() == TARGET) {
-        bail!("the {TARGET} target is not installed; add it with:\n\n    rustup target add {TARGET}\n");
+        bail!(
+            "the {TARGET} target is not installed; add it with:\n\n    rustup target add {TARGET}\n"
+        );
     }
     Ok(())
 }
@@ -182,6 +186,7 @@ fn find_crates(src: &Path) -> anyhow::Result<Vec<PluginCrate>> {
                     package: pkg.name.clone(),
                     lib: lib.name.replace('-', "_"),
                     target_dir: meta.target_directory.clone(),
+                    root_manifest: meta.workspace_root.join("Cargo.toml"),
                 });
             }
         }
@@ -189,25 +194,15 @@ fn find_crates(src: &Path) -> anyhow::Result<Vec<PluginCrate>> {
     Ok(crates)
 }
 
-/// The manifest to pass to cargo for `manifest`: the workspace root when it is one of the
-/// manifests we looked at, so that a workspace builds in one go.
-fn workspace_manifest(manifest: &Path) -> PathBuf {
-    let mut dir = manifest.parent();
-    while let Some(d) = dir {
-        let candidate = d.join("Cargo.toml");
-        if candidate != manifest
-            && std::fs::read_to_string(&candidate).is_ok_and(|t| t.contains("[workspace]"))
-        {
-            return candidate;
-        }
-        dir = d.parent();
-    }
-    manifest.to_owned()
-}
-
 fn metadata(manifest: &Path) -> anyhow::Result<Metadata> {
     let output = Command::new(cargo())
-        .args(["metadata", "--no-deps", "--format-version", "1", "--manifest-path"])
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--manifest-path",
+        ])
         .arg(manifest)
         .stdin(Stdio::null())
         .output()

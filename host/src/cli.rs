@@ -35,7 +35,12 @@ pub struct ServeArgs {
     pub plugins: PathBuf,
 
     /// Address to listen on (IP:PORT). Port 0 picks a free port; the log says which.
-    #[arg(long, short = 'l', value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    #[arg(
+        long,
+        short = 'l',
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8080"
+    )]
     pub listen: String,
 
     /// Worker threads that run handlers [default: 10 per CPU core]. Handlers may block, so

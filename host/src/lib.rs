@@ -1,6 +1,6 @@
 //! ankh: an HTTP/1.1 application server whose request handlers are WebAssembly components.
 //!
-//! Data flows one way:
+//! Data flows one way, and the modules are listed in that order:
 //!
 //! ```text
 //! net (mio socket loop) → proto::request / proto::body (parse) → dispatch (route, queue)
@@ -12,14 +12,28 @@
 //! memory bomb) leaves its instance: that request gets a 5xx, the instance is replaced, the
 //! server keeps serving. Configuration, the CLI and plugin building sit at the edges.
 
+// Every bound, in one place.
 pub mod limits;
+
+// Sans-IO HTTP/1.1.
 pub mod proto;
+
+// What crosses threads.
 pub mod job;
+
+// The wasm side.
 pub mod runtime;
+
+// Worker threads.
 pub mod pool;
+
+// From request to worker.
 pub mod dispatch;
+
+// Sockets.
 pub mod net;
 
+// The edges: configuration, the command line, loading and building plugins, assembly.
 pub mod builder;
 pub mod cli;
 pub mod config;

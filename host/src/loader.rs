@@ -30,7 +30,11 @@ pub struct Loaded {
 
 /// Loads every plugin in `dir` into `registry`. A file that fails is logged and skipped; the
 /// others are served.
-pub fn load_dir(runtime: &Runtime, dir: &Path, registry: &Registry) -> std::io::Result<Vec<Loaded>> {
+pub fn load_dir(
+    runtime: &Runtime,
+    dir: &Path,
+    registry: &Registry,
+) -> std::io::Result<Vec<Loaded>> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "wasm"))
@@ -67,7 +71,11 @@ pub fn load_dir(runtime: &Runtime, dir: &Path, registry: &Registry) -> std::io::
 
 /// `/hello`, or `/` for the index plugin.
 pub fn display_mount(prefix: &str) -> &str {
-    if prefix.is_empty() { "/ (fallback)" } else { prefix }
+    if prefix.is_empty() {
+        "/ (fallback)"
+    } else {
+        prefix
+    }
 }
 
 #[cfg(test)]

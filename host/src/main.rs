@@ -43,7 +43,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let out = args.out.unwrap_or_else(|| args.src.clone());
             let built = ankh::builder::build(&args.src, &out, !args.debug)?;
             for b in &built {
-                println!("built {} -> {} ({} KiB)", b.name, b.path.display(), b.bytes / 1024);
+                println!(
+                    "built {} -> {} ({} KiB)",
+                    b.name,
+                    b.path.display(),
+                    b.bytes / 1024
+                );
             }
             Ok(())
         }

@@ -225,9 +225,7 @@ impl Conn {
                 }
                 Ok(true)
             }
-            State::Body {
-                decoder, body, ..
-            } => {
+            State::Body { decoder, body, .. } => {
                 if self.rbuf.is_empty() {
                     return Ok(false);
                 }
@@ -274,8 +272,13 @@ impl Conn {
             keep_alive: meta.keep_alive,
             accept_encoding: None,
         };
-        let keep_alive =
-            response::encode_simple(immediate.status, extra, &immediate.message, &req, &mut self.wbuf);
+        let keep_alive = response::encode_simple(
+            immediate.status,
+            extra,
+            &immediate.message,
+            &req,
+            &mut self.wbuf,
+        );
         self.seq += 1;
         self.state = if keep_alive {
             State::Head

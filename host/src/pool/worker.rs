@@ -105,7 +105,9 @@ impl Worker {
                 }
             }
             Ok(types::Outcome::Upgrade(_)) => {
-                let message = call.error_message("asked for a WebSocket upgrade, which this host does not serve yet");
+                let message = call.error_message(
+                    "asked for a WebSocket upgrade, which this host does not serve yet",
+                );
                 call.respond_error(501, &message);
             }
             Err(failure) => {
@@ -113,8 +115,10 @@ impl Worker {
                 tracing::error!(
                     plugin = %plugin.name,
                     request = %format_args!("{:016x}", call.request_id),
-                    "plugin {}; instance discarded\n{}",
+                    "plugin `{}` {} (request {:016x}); instance discarded\n{}",
+                    plugin.name,
                     failure.error,
+                    call.request_id,
                     failure.report
                 );
                 let message = call.error_message(&failure.error.to_string());

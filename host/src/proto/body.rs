@@ -23,7 +23,11 @@ pub enum BodyDecoder {
     /// `Content-Length`: this many bytes still to come.
     Length { remaining: u64 },
     /// `Transfer-Encoding: chunked`.
-    Chunked { state: Chunked, total: u64, max: u64 },
+    Chunked {
+        state: Chunked,
+        total: u64,
+        max: u64,
+    },
 }
 
 /// Where the chunked decoder is.
@@ -60,7 +64,9 @@ impl BodyDecoder {
     pub fn decode(&mut self, input: &[u8], body: &mut Vec<u8>) -> Result<Progress, ProtoError> {
         match self {
             BodyDecoder::Length { remaining } => {
-                let take = input.len().min(usize::try_from(*remaining).unwrap_or(usize::MAX));
+                let take = input
+                    .len()
+                    .min(usize::try_from(*remaining).unwrap_or(usize::MAX));
                 body.extend_from_slice(&input[..take]);
                 *remaining -= take as u64;
                 Ok(Progress {
@@ -86,10 +92,18 @@ fn decode_chunked(
     loop {
         let rest = &input[pos..];
         match *state {
-            Chunked::Done => return Ok(Progress { consumed: pos, done: true }),
+            Chunked::Done => {
+                return Ok(Progress {
+                    consumed: pos,
+                    done: true,
+                });
+            }
             Chunked::Size => {
                 let Some(line) = take_line(rest, MAX_CHUNK_LINE_BYTES)? else {
-                    return Ok(Progress { consumed: pos, done: false });
+                    return Ok(Progress {
+                        consumed: pos,
+                        done: false,
+                    });
                 };
                 pos += line.len() + 2;
                 let size = parse_chunk_size(line)?;
@@ -106,25 +120,40 @@ fn decode_chunked(
             }
             Chunked::Data(left) => {
                 if rest.is_empty() {
-                    return Ok(Progress { consumed: pos, done: false });
+                    return Ok(Progress {
+                        consumed: pos,
+                        done: false,
+                    });
                 }
                 let take = rest.len().min(usize::try_from(left).unwrap_or(usize::MAX));
                 body.extend_from_slice(&rest[..take]);
                 pos += take;
                 let left = left - take as u64;
-                *state = if left == 0 { Chunked::DataEnd } else { Chunked::Data(left) };
+                *state = if left == 0 {
+                    Chunked::DataEnd
+                } else {
+                    Chunked::Data(left)
+                };
             }
             Chunked::DataEnd => match rest {
                 [b'\r', b'\n', ..] => {
                     pos += 2;
                     *state = Chunked::Size;
                 }
-                [] | [b'\r'] => return Ok(Progress { consumed: pos, done: false }),
+                [] | [b'\r'] => {
+                    return Ok(Progress {
+                        consumed: pos,
+                        done: false,
+                    });
+                }
                 _ => return Err(ProtoError::BadRequest("chunk data not followed by CRLF")),
             },
             Chunked::Trailers(seen) => {
                 let Some(line) = take_line(rest, crate::limits::MAX_HEAD_BYTES)? else {
-                    return Ok(Progress { consumed: pos, done: false });
+                    return Ok(Progress {
+                        consumed: pos,
+                        done: false,
+                    });
                 };
                 pos += line.len() + 2;
                 let seen = seen + line.len() + 2;
@@ -174,7 +203,8 @@ fn parse_chunk_size(line: &[u8]) -> Result<u64, ProtoError> {
             .ok_or(ProtoError::BadRequest("chunk size overflows"))?;
     }
     let ext = line[digits..].trim_ascii_start();
-    if !ext.is_empty() && (ext[0] != b';' || ext.iter().any(|&b| b.is_ascii_control() && b != b'\t'))
+    if !ext.is_empty()
+        && (ext[0] != b';' || ext.iter().any(|&b| b.is_ascii_control() && b != b'\t'))
     {
         return Err(ProtoError::BadRequest("invalid chunk extension"));
     }
@@ -188,7 +218,9 @@ fn valid_trailer(line: &[u8]) -> bool {
     };
     colon > 0
         && line[..colon].iter().all(|&b| b.is_ascii_graphic())
-        && line[colon + 1..].iter().all(|&b| b == b'\t' || !b.is_ascii_control())
+        && line[colon + 1..]
+            .iter()
+            .all(|&b| b == b'\t' || !b.is_ascii_control())
 }
 
 #[cfg(test)]
@@ -268,9 +300,21 @@ mod tests {
         let mut d = BodyDecoder::length(3);
         let mut body = Vec::new();
         let p = d.decode(b"ab", &mut body).unwrap();
-        assert_eq!(p, Progress { consumed: 2, done: false });
+        assert_eq!(
+            p,
+            Progress {
+                consumed: 2,
+                done: false
+            }
+        );
         let p = d.decode(b"cdef", &mut body).unwrap();
-        assert_eq!(p, Progress { consumed: 1, done: true });
+        assert_eq!(
+            p,
+            Progress {
+                consumed: 1,
+                done: true
+            }
+        );
         assert_eq!(body, b"abc");
     }
 }

@@ -76,7 +76,11 @@ pub fn compressible(content_type: Option<&[u8]>, len: usize) -> bool {
         return false;
     };
     let ct = ct.trim_ascii().to_ascii_lowercase();
-    let essence = ct.split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
+    let essence = ct
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii();
     let precompressed = [
         &b"image/"[..],
         b"video/",
@@ -127,7 +131,10 @@ mod tests {
         assert_eq!(negotiate(Some(b"gzip;q=0, deflate")), Some(Coding::Deflate));
         assert_eq!(negotiate(Some(b"gzip;q=0")), None);
         assert_eq!(negotiate(Some(b"GZIP; Q=0.000")), None);
-        assert_eq!(negotiate(Some(b"gzip;q=0.5, deflate;q=0.8")), Some(Coding::Deflate));
+        assert_eq!(
+            negotiate(Some(b"gzip;q=0.5, deflate;q=0.8")),
+            Some(Coding::Deflate)
+        );
         assert_eq!(negotiate(Some(b"*")), Some(Coding::Gzip));
         assert_eq!(negotiate(Some(b"*;q=0, deflate")), Some(Coding::Deflate));
         assert_eq!(negotiate(Some(b"identity")), None);

@@ -47,7 +47,9 @@ impl fmt::Display for ProtoError {
             ProtoError::UnsupportedTransferCoding => {
                 f.write_str("transfer coding other than chunked is not implemented")
             }
-            ProtoError::ExpectationFailed => f.write_str("only `Expect: 100-continue` is supported"),
+            ProtoError::ExpectationFailed => {
+                f.write_str("only `Expect: 100-continue` is supported")
+            }
             ProtoError::VersionNotSupported => f.write_str("HTTP version not supported"),
         }
     }

@@ -120,15 +120,16 @@ fn map_error(e: httparse::Error, buf: &[u8]) -> ProtoError {
     }
 }
 
-/// True when the request line ends in `HTTP/<digit>.<digit>`.
+/// True when the request line is well formed (`METHOD SP target SP HTTP/d.d`) apart from naming
+/// a version we do not speak.
 fn looks_like_version(buf: &[u8]) -> bool {
     let line_end = buf.iter().position(|&b| b == b'\r' || b == b'\n');
     let line = &buf[..line_end.unwrap_or(buf.len())];
-    let Some(sp) = line.iter().rposition(|&b| b == b' ') else {
-        return false;
-    };
-    matches!(&line[sp + 1..], [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
-        if major.is_ascii_digit() && minor.is_ascii_digit())
+    let parts: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+    matches!(parts.as_slice(), [method, target, version]
+        if !method.is_empty() && !target.is_empty() && matches!(version,
+            [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+                if major.is_ascii_digit() && minor.is_ascii_digit()))
 }
 
 /// Splits the request-target into path and query (RFC 9112 §3.2).
@@ -137,7 +138,9 @@ fn split_target<'a>(method: &str, target: &'a str) -> Result<(&'a str, &'a str),
         target
     } else if target == "*" {
         if method != "OPTIONS" {
-            return Err(ProtoError::BadRequest("`*` target is only valid for OPTIONS"));
+            return Err(ProtoError::BadRequest(
+                "`*` target is only valid for OPTIONS",
+            ));
         }
         return Ok(("*", ""));
     } else if let Some(rest) = strip_scheme(target) {
@@ -205,7 +208,9 @@ fn validate(
         }
     }
     if hosts > 1 || (hosts == 0 && version == Version::Http11) {
-        return Err(ProtoError::BadRequest("HTTP/1.1 requires exactly one Host header"));
+        return Err(ProtoError::BadRequest(
+            "HTTP/1.1 requires exactly one Host header",
+        ));
     }
     let framing = match (content_length, transfer_encoding) {
         (Some(_), Some(_)) => {
@@ -214,7 +219,9 @@ fn validate(
             ));
         }
         (None, Some(_)) if version == Version::Http10 => {
-            return Err(ProtoError::BadRequest("Transfer-Encoding in an HTTP/1.0 request"));
+            return Err(ProtoError::BadRequest(
+                "Transfer-Encoding in an HTTP/1.0 request",
+            ));
         }
         (None, Some(te)) => chunked_framing(te)?,
         (Some(0), None) | (None, None) => Framing::Empty,
@@ -259,7 +266,9 @@ fn chunked_framing(te: &[u8]) -> Result<Framing, ProtoError> {
         [.., last] if last.eq_ignore_ascii_case(b"chunked") => {
             Err(ProtoError::UnsupportedTransferCoding)
         }
-        _ => Err(ProtoError::BadRequest("Transfer-Encoding must end in chunked")),
+        _ => Err(ProtoError::BadRequest(
+            "Transfer-Encoding must end in chunked",
+        )),
     }
 }
 
@@ -295,6 +304,7 @@ mod tests {
         three_spaces: b"GET  / HTTP/1.1\r\nHost: a\r\n\r\n" => 400;
         empty_method: b" / HTTP/1.1\r\nHost: a\r\n\r\n" => 400;
         http2: b"GET / HTTP/2.0\r\nHost: a\r\n\r\n" => 505;
+        two_spaces_before_version: b"GET /  HTTP/1.1\r\nHost: a\r\n\r\n" => 400;
         http12x: b"GET / HTTP/1.2x\r\nHost: a\r\n\r\n" => 400;
         cl_and_te: b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n" => 400;
         te_and_cl: b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n" => 400;
@@ -322,7 +332,8 @@ mod tests {
 
     #[test]
     fn parses_a_simple_get() {
-        let raw = b"GET /a/b?x=1&y=2 HTTP/1.1\r\nHost: example\r\nX-Multi: 1\r\nx-multi: 2\r\n\r\nrest";
+        let raw =
+            b"GET /a/b?x=1&y=2 HTTP/1.1\r\nHost: example\r\nX-Multi: 1\r\nx-multi: 2\r\n\r\nrest";
         let (head, n) = parse_ok(raw);
         assert_eq!(n, raw.len() - 4);
         assert_eq!(head.method, "GET");
@@ -341,7 +352,8 @@ mod tests {
         assert!(!h.keep_alive);
         let (h, _) = parse_ok(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n");
         assert!(h.keep_alive);
-        let (h, _) = parse_ok(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, CLOSE\r\n\r\n");
+        let (h, _) =
+            parse_ok(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, CLOSE\r\n\r\n");
         assert!(!h.keep_alive);
     }
 
@@ -375,7 +387,11 @@ mod tests {
     fn partial_until_the_blank_line() {
         let raw = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
         for end in 0..raw.len() {
-            assert_eq!(parse(&raw[..end], &Limits::default()), Ok(Status::Partial), "{end}");
+            assert_eq!(
+                parse(&raw[..end], &Limits::default()),
+                Ok(Status::Partial),
+                "{end}"
+            );
         }
     }
 

@@ -290,7 +290,10 @@ mod tests {
         let mut out = Vec::new();
         let keep = encode(200, &[h("Connection", "close")], b"", &GET, &mut out).unwrap();
         assert!(!keep);
-        let req = RequestMeta { version: Version::Http10, ..GET };
+        let req = RequestMeta {
+            version: Version::Http10,
+            ..GET
+        };
         assert!(text(200, &[], b"", req).contains("connection: keep-alive\r\n"));
     }
 
@@ -307,7 +310,10 @@ mod tests {
     fn gzip_when_accepted_with_vary() {
         let body = "line of text\n".repeat(200);
         let ct = [h("Content-Type", "text/plain")];
-        let req = RequestMeta { accept_encoding: Some(b"gzip"), ..GET };
+        let req = RequestMeta {
+            accept_encoding: Some(b"gzip"),
+            ..GET
+        };
         let t = text(200, &ct, body.as_bytes(), req);
         assert!(t.contains("content-encoding: gzip\r\n"), "{t}");
         assert!(t.contains("vary: Accept-Encoding\r\n"));

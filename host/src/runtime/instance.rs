@@ -84,24 +84,34 @@ impl Instance {
             .call_handle_request(&mut self.store, request);
         let data = self.store.data_mut();
         data.tags.request.store(0, Ordering::Relaxed);
-        let call = data.call.take().expect("call context is restored after the call");
+        let call = data
+            .call
+            .take()
+            .expect("call context is restored after the call");
         (result.map_err(|e| self.classify(e)), call)
     }
 
     fn classify(&self, e: wasmtime::Error) -> Failure {
         let data = self.store.data();
-        let report = format!("{e:?}");
-        let error = if data.budget.exceeded || matches!(e.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
-            InvokeError::Deadline(data.budget.deadline)
-        } else if data.memory.hit {
-            InvokeError::Memory(data.memory.limit_bytes)
-        } else {
-            let reason = match e.downcast_ref::<Trap>() {
-                Some(trap) => trap.to_string(),
-                None => e.to_string(),
+        // The error chain, then the guest's own frames (symbolized from the name section); the
+        // host's frames would only be noise here.
+        let mut report = format!("{e:#}");
+        if let Some(trace) = e.downcast_ref::<wasmtime::WasmBacktrace>() {
+            report.push('\n');
+            report.push_str(&trace.to_string());
+        }
+        let error =
+            if data.budget.exceeded || matches!(e.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
+                InvokeError::Deadline(data.budget.deadline)
+            } else if data.memory.hit {
+                InvokeError::Memory(data.memory.limit_bytes)
+            } else {
+                let reason = match e.downcast_ref::<Trap>() {
+                    Some(trap) => trap.to_string(),
+                    None => e.to_string(),
+                };
+                InvokeError::Trap(reason)
             };
-            InvokeError::Trap(reason)
-        };
         Failure { error, report }
     }
 }

@@ -24,7 +24,10 @@ pub struct Namespace {
 impl KvStore {
     /// The namespace called `name`, created on first use. A reloaded plugin gets the same one.
     pub fn namespace(&self, name: &str) -> Arc<Namespace> {
-        let mut all = self.namespaces.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut all = self
+            .namespaces
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         all.entry(name.to_owned()).or_default().clone()
     }
 }
@@ -101,15 +104,25 @@ mod tests {
         assert!(matches!(ns.increment("n".into(), 5), Ok(5)));
         assert!(matches!(ns.increment("n".into(), -7), Ok(-2)));
         ns.set("x".into(), b"abc".to_vec()).unwrap();
-        assert!(matches!(ns.increment("x".into(), 1), Err(KvError::NotANumber)));
-        ns.set("big".into(), i64::MAX.to_string().into_bytes()).unwrap();
-        assert!(matches!(ns.increment("big".into(), 1), Err(KvError::Overflow)));
+        assert!(matches!(
+            ns.increment("x".into(), 1),
+            Err(KvError::NotANumber)
+        ));
+        ns.set("big".into(), i64::MAX.to_string().into_bytes())
+            .unwrap();
+        assert!(matches!(
+            ns.increment("big".into(), 1),
+            Err(KvError::Overflow)
+        ));
         ns.set("item/2".into(), vec![]).unwrap();
         ns.set("item/1".into(), vec![]).unwrap();
         ns.set("iten".into(), vec![]).unwrap();
         assert_eq!(ns.list_keys("item/"), vec!["item/1", "item/2"]);
         assert!(ns.delete("item/1"));
         assert!(!ns.delete("item/1"));
-        assert!(matches!(ns.set("k".repeat(2000), vec![]), Err(KvError::TooLarge)));
+        assert!(matches!(
+            ns.set("k".repeat(2000), vec![]),
+            Err(KvError::TooLarge)
+        ));
     }
 }

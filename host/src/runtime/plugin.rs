@@ -67,9 +67,10 @@ impl Plugin {
             path: path.to_owned(),
             source,
         })?;
+        // The preamble: magic, then a version and a layer; layer 1 is a component.
         match bytes.get(..8) {
-            Some([0, b'a', b's', b'm', _, _, 0x0d, 0]) => {}
-            Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => {
+            Some([0, b'a', b's', b'm', _, _, 1, 0]) => {}
+            Some([0, b'a', b's', b'm', _, _, 0, 0]) => {
                 return Err(LoadError::CoreModule {
                     path: path.to_owned(),
                 });
@@ -106,10 +107,12 @@ impl Plugin {
         };
         // A start function that traps, or a memory larger than the cap, shows up here rather
         // than on the first request.
-        plugin.new_store_and_instantiate().map_err(|e| LoadError::Instantiate {
-            path: path.to_owned(),
-            reason: format!("{e:#}"),
-        })?;
+        plugin
+            .new_store_and_instantiate()
+            .map_err(|e| LoadError::Instantiate {
+                path: path.to_owned(),
+                reason: format!("{e:#}"),
+            })?;
         Ok(Plugin {
             load_time: started.elapsed(),
             ..plugin

@@ -30,15 +30,15 @@ impl Registry {
     /// Looks up the plugin for `path`.
     pub fn route(&self, path: &str) -> Option<Mount> {
         let table = self.snapshot();
-        table
-            .iter()
-            .find(|m| matches(&m.prefix, path))
-            .cloned()
+        table.iter().find(|m| matches(&m.prefix, path)).cloned()
     }
 
     /// All mounts, longest prefix first.
     pub fn snapshot(&self) -> Arc<Vec<Mount>> {
-        self.table.read().unwrap_or_else(PoisonError::into_inner).clone()
+        self.table
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Mounts `plugin` at the prefix its name implies, replacing any plugin of the same name.
@@ -52,7 +52,12 @@ impl Registry {
             .collect();
         next.push(Mount { prefix, plugin });
         // Longest prefix first, so the first match is the most specific one.
-        next.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()).then(a.prefix.cmp(&b.prefix)));
+        next.sort_by(|a, b| {
+            b.prefix
+                .len()
+                .cmp(&a.prefix.len())
+                .then(a.prefix.cmp(&b.prefix))
+        });
         *table = Arc::new(next);
     }
 
@@ -60,7 +65,11 @@ impl Registry {
     pub fn remove(&self, name: &str) -> bool {
         let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
         let before = table.len();
-        let next: Vec<Mount> = table.iter().filter(|m| &*m.plugin.name != name).cloned().collect();
+        let next: Vec<Mount> = table
+            .iter()
+            .filter(|m| &*m.plugin.name != name)
+            .cloned()
+            .collect();
         let removed = next.len() != before;
         *table = Arc::new(next);
         removed

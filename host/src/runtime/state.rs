@@ -178,11 +178,21 @@ impl log::Host for HostState {
             .collect::<Vec<_>>()
             .join(" ");
         match level {
-            LogLevel::Trace => tracing::trace!(target: "ankh::plugin", plugin, %request, %fields, "{message}"),
-            LogLevel::Debug => tracing::debug!(target: "ankh::plugin", plugin, %request, %fields, "{message}"),
-            LogLevel::Info => tracing::info!(target: "ankh::plugin", plugin, %request, %fields, "{message}"),
-            LogLevel::Warn => tracing::warn!(target: "ankh::plugin", plugin, %request, %fields, "{message}"),
-            LogLevel::Error => tracing::error!(target: "ankh::plugin", plugin, %request, %fields, "{message}"),
+            LogLevel::Trace => {
+                tracing::trace!(target: "ankh::plugin", plugin, %request, %fields, "{message}")
+            }
+            LogLevel::Debug => {
+                tracing::debug!(target: "ankh::plugin", plugin, %request, %fields, "{message}")
+            }
+            LogLevel::Info => {
+                tracing::info!(target: "ankh::plugin", plugin, %request, %fields, "{message}")
+            }
+            LogLevel::Warn => {
+                tracing::warn!(target: "ankh::plugin", plugin, %request, %fields, "{message}")
+            }
+            LogLevel::Error => {
+                tracing::error!(target: "ankh::plugin", plugin, %request, %fields, "{message}")
+            }
         }
     }
 }

@@ -47,11 +47,17 @@ pub struct GuestOutput {
 
 impl GuestOutput {
     pub fn stdout(tags: Arc<LogTags>) -> Self {
-        GuestOutput { tags, stream: "stdout" }
+        GuestOutput {
+            tags,
+            stream: "stdout",
+        }
     }
 
     pub fn stderr(tags: Arc<LogTags>) -> Self {
-        GuestOutput { tags, stream: "stderr" }
+        GuestOutput {
+            tags,
+            stream: "stderr",
+        }
     }
 
     fn writer(&self) -> LineWriter {
@@ -102,6 +108,10 @@ impl LineWriter {
     fn emit(&mut self) {
         let line = String::from_utf8_lossy(&self.partial);
         let line = line.trim_end_matches('\r');
+        if line.is_empty() {
+            self.partial.clear();
+            return;
+        }
         tracing::info!(
             target: "ankh::plugin",
             plugin = %self.out.tags.plugin,

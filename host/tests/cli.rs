@@ -1,0 +1,145 @@
+//! The `ankh` command line on its own: readable errors and exit codes for `serve`, `--help`
+//! and `--version`. (Serving and building plugins end to end is tested in `tests/`.)
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn ankh(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ankh"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// An empty directory that exists for the length of a test.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("ankh-cli-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn serve_refuses_a_bad_address() {
+    let dir = TempDir::new(line!().to_string().as_str());
+    let out = ankh(&[
+        "serve",
+        "--listen",
+        "not-an-address",
+        "--plugins",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("invalid --listen address \"not-an-address\""),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn serve_refuses_a_missing_directory() {
+    let out = ankh(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--plugins",
+        "/nonexistent/ankh/plugins",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("plugins directory /nonexistent/ankh/plugins does not exist"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn serve_refuses_a_port_in_use() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = TempDir::new(line!().to_string().as_str());
+    let out = ankh(&[
+        "serve",
+        "--listen",
+        &addr,
+        "--plugins",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains(&format!(
+            "cannot listen on {addr}: the address is already in use"
+        )),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn serve_refuses_zero_workers() {
+    let dir = TempDir::new(line!().to_string().as_str());
+    let out = ankh(&[
+        "serve",
+        "--workers",
+        "0",
+        "--plugins",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--workers must be at least 1"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn help_documents_every_flag_and_version_prints() {
+    let out = ankh(&["serve", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--plugins",
+        "--listen",
+        "--workers",
+        "--queue-depth",
+        "--max-body-bytes",
+        "--max-head-bytes",
+        "--max-headers",
+        "--cpu-deadline-ms",
+        "--memory-limit-mib",
+        "--no-pooling",
+    ] {
+        assert!(help.contains(flag), "serve --help lacks {flag}:\n{help}");
+    }
+    let out = ankh(&["build", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("--out") && help.contains("--debug"), "{help}");
+    let out = ankh(&["--version"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("ankh {}", env!("CARGO_PKG_VERSION"))
+    );
+    let out = ankh(&["frobnicate"]);
+    assert!(!out.status.success());
+}
