@@ -1,0 +1,115 @@
+//! The command line: readable errors and exit codes for `serve`, `--help`, `--version`, and
+//! `ankh build` from a fresh plugin crate to a served response.
+
+use std::process::{Command, Output};
+
+use crate::harness::{Options, TempDir, ankh_bin, plugins};
+
+fn ankh(args: &[&str]) -> Output {
+    Command::new(ankh_bin())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn serve_logs_what_it_loaded() {
+    let s = Options::default().plugin(plugins::HELLO).start();
+    let log = s.log();
+    assert!(log.contains("loaded in"), "{log}");
+    assert!(log.contains("plugin=hello mount=/hello"), "{log}");
+}
+
+/// The README's ten-line plugin, as a fresh crate outside the repository's workspaces.
+const TEN_LINE_PLUGIN: &str = r#"use ankh_guest::prelude::*;
+
+fn router() -> Router {
+    Router::new()
+        .get("/", |_req: &Request| Response::text("Hello from a new plugin!"))
+        .get("/greet/@name", |req: &Request| {
+            Response::text(format!("Hello, {}!", req.param("name").unwrap_or("stranger")))
+        })
+}
+
+ankh_guest::export_plugin!(router);
+"#;
+
+fn new_crate(root: &std::path::Path, name: &str, lib_rs: &str) {
+    let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
+    let dir = root.join(name);
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[lib]\ncrate-type = [\"cdylib\"]\n\n[dependencies]\nankh-guest = {{ path = {:?} }}\n\n[workspace]\n",
+            sdk.canonicalize().unwrap().display().to_string()
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("src/lib.rs"), lib_rs).unwrap();
+}
+
+#[test]
+fn build_then_serve_a_new_plugin() {
+    let src = TempDir::new("build-src");
+    let out = TempDir::new("build-out");
+    new_crate(src.path(), "greeter", TEN_LINE_PLUGIN);
+    let result = Command::new(ankh_bin())
+        .arg("build")
+        .arg(src.path())
+        .arg("--out")
+        .arg(out.path())
+        .env("CARGO_TARGET_DIR", crate_target_dir())
+        .output()
+        .unwrap();
+    assert!(result.status.success(), "{}", stderr(&result));
+    let wasm = out.path().join("greeter.wasm");
+    assert!(wasm.is_file());
+    assert!(String::from_utf8_lossy(&result.stdout).contains("built greeter"));
+    let s = Options::default().plugin(wasm.to_str().unwrap()).start();
+    assert_eq!(
+        s.get("/greeter"),
+        (200, "Hello from a new plugin!".to_owned())
+    );
+    assert_eq!(s.get("/greeter/greet/Ada"), (200, "Hello, Ada!".to_owned()));
+}
+
+#[test]
+fn build_shows_compile_errors_as_cargo_does() {
+    let src = TempDir::new("build-bad");
+    new_crate(src.path(), "broken", "this is not rust\n");
+    let result = Command::new(ankh_bin())
+        .arg("build")
+        .arg(src.path())
+        .env("CARGO_TARGET_DIR", crate_target_dir())
+        .output()
+        .unwrap();
+    assert!(!result.status.success());
+    let err = stderr(&result);
+    assert!(err.contains("error: expected one of"), "{err}");
+    assert!(err.contains("src/lib.rs:1"), "{err}");
+    assert!(err.contains("cargo build failed"), "{err}");
+}
+
+#[test]
+fn build_refuses_a_directory_without_crates() {
+    let src = TempDir::new("build-empty");
+    let out = ankh(&["build", src.path().to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no plugin crates found"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// One target directory for every crate these tests build, kept between runs.
+fn crate_target_dir() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().join("ankh-cli-build-target")
+}

@@ -1,0 +1,381 @@
+//! The test harness: starts the real `ankh` binary on 127.0.0.1:0 over a temporary plugins
+//! directory, and talks to it over real sockets.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Paths of every plugin built by `build.rs`.
+pub mod plugins {
+    include!(concat!(env!("OUT_DIR"), "/plugins.rs"));
+}
+
+/// How long any single wait in a test may take before the test fails (never a pass condition).
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// The `ankh` binary of this build (`target/<profile>/ankh`).
+pub fn ankh_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("current test executable");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let bin = profile_dir.join(format!("ankh{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.is_file(),
+        "{} is missing: run the tests with `cargo test --workspace` (or `cargo build -p ankh` first)",
+        bin.display()
+    );
+    bin
+}
+
+/// A fresh, empty directory under the target directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let exe = std::env::current_exe().unwrap();
+        let base = exe.parent().unwrap().join("ankh-test-dirs");
+        let dir = base.join(format!(
+            "{tag}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `ankh serve`.
+pub struct TestServer {
+    child: Child,
+    pub addr: SocketAddr,
+    log: Arc<Mutex<String>>,
+    /// The plugins directory, removed when the server is dropped.
+    _dir: TempDir,
+}
+
+/// Options for [`TestServer`].
+#[derive(Default)]
+pub struct Options {
+    /// `(name, path)`: the file at `path` is copied into the plugins directory as `name.wasm`.
+    pub plugins: Vec<(String, String)>,
+    /// `(file name, contents)` written into the plugins directory as they are.
+    pub files: Vec<(String, Vec<u8>)>,
+    pub args: Vec<String>,
+}
+
+impl Options {
+    pub fn plugin(mut self, path: &str) -> Self {
+        let name = Path::new(path)
+            .file_stem()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        self.plugins.push((name, path.to_owned()));
+        self
+    }
+
+    pub fn plugin_as(mut self, name: &str, path: &str) -> Self {
+        self.plugins.push((name.to_owned(), path.to_owned()));
+        self
+    }
+
+    pub fn file(mut self, name: &str, contents: &[u8]) -> Self {
+        self.files.push((name.to_owned(), contents.to_vec()));
+        self
+    }
+
+    pub fn arg(mut self, a: &str) -> Self {
+        self.args.push(a.to_owned());
+        self
+    }
+
+    pub fn start(self) -> TestServer {
+        TestServer::start_with(self)
+    }
+}
+
+impl TestServer {
+    /// Serves the given plugin files (by path) under their own names.
+    pub fn start(plugins: &[&str]) -> TestServer {
+        plugins
+            .iter()
+            .fold(Options::default(), |o, p| o.plugin(p))
+            .start()
+    }
+
+    pub fn start_with(options: Options) -> TestServer {
+        let dir = TempDir::new("serve");
+        for (name, src) in &options.plugins {
+            std::fs::copy(src, dir.path().join(format!("{name}.wasm"))).unwrap();
+        }
+        for (name, contents) in &options.files {
+            std::fs::write(dir.path().join(name), contents).unwrap();
+        }
+        let mut child = Command::new(ankh_bin())
+            .arg("serve")
+            .arg("--plugins")
+            .arg(dir.path())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(&options.args)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting ankh");
+        let log = Arc::new(Mutex::new(String::new()));
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let reader = BufReader::new(stream);
+                for line in reader.lines() {
+                    let Ok(line) = line else { break };
+                    let mut log = log.lock().unwrap();
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            });
+        }
+        let started = Instant::now();
+        let addr = loop {
+            if let Some(addr) = parse_listening(&log.lock().unwrap()) {
+                break addr;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "ankh exited with {status} before listening:\n{}",
+                    log.lock().unwrap()
+                );
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "ankh did not start listening:\n{}",
+                log.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        TestServer {
+            child,
+            addr,
+            log,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Everything the server logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits until the log contains `needle`; fails the test after [`PATIENCE`].
+    pub fn wait_for_log(&self, needle: &str) -> String {
+        self.wait_for_log_count(needle, 1)
+    }
+
+    /// Waits until the log contains `needle` at least `count` times.
+    pub fn wait_for_log_count(&self, needle: &str, count: usize) -> String {
+        let started = Instant::now();
+        loop {
+            let log = self.log();
+            if log.matches(needle).count() >= count {
+                return log;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "log never contained {needle:?} {count} times:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A connected raw socket with a read timeout of [`PATIENCE`].
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).unwrap();
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
+        s.set_nodelay(true).unwrap();
+        s
+    }
+
+    /// Sends `bytes` on a new connection and reads until the server closes it.
+    pub fn raw(&self, bytes: &[u8]) -> String {
+        let mut s = self.connect();
+        s.write_all(bytes).unwrap();
+        String::from_utf8_lossy(&read_to_close(&mut s)).into_owned()
+    }
+
+    /// Sends one request on a new connection and reads one response.
+    pub fn request(&self, bytes: &[u8]) -> Response {
+        let mut s = self.connect();
+        s.write_all(bytes).unwrap();
+        read_response(&mut BufReader::new(s), false)
+    }
+
+    /// GET `path` with the client library.
+    pub fn get(&self, path: &str) -> (u16, String) {
+        let mut resp = agent().get(&self.url(path)).call().unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.body_mut().read_to_string().unwrap())
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- ankh log ---\n{}", self.log());
+        }
+    }
+}
+
+fn parse_listening(log: &str) -> Option<SocketAddr> {
+    let at = log.find("listening on http://")?;
+    let rest = &log[at + "listening on http://".len()..];
+    let end = rest.find(|c: char| c.is_whitespace())?;
+    rest[..end].parse().ok()
+}
+
+/// An HTTP client that reports every status as a response, not an error.
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(PATIENCE))
+        .build()
+        .into()
+}
+
+/// One parsed response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub status_line: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The first header called `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Reads one response (skipping interim 1xx responses only if `skip_interim`). `head`: the
+/// request was HEAD, so no body follows whatever Content-Length says.
+pub fn read_response_opts(r: &mut impl BufRead, head: bool, skip_interim: bool) -> Response {
+    loop {
+        let mut status_line = String::new();
+        r.read_line(&mut status_line)
+            .expect("reading a status line");
+        assert!(
+            !status_line.is_empty(),
+            "connection closed before a response"
+        );
+        let status: u16 = status_line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+        let mut headers = Vec::new();
+        loop {
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            let line = line.trim_end_matches(['\r', '\n']);
+            if line.is_empty() {
+                break;
+            }
+            let (n, v) = line.split_once(':').expect("header line with a colon");
+            headers.push((n.to_owned(), v.trim().to_owned()));
+        }
+        let mut resp = Response {
+            status,
+            status_line: status_line.trim_end().to_owned(),
+            headers,
+            body: Vec::new(),
+        };
+        if (100..200).contains(&status) {
+            if skip_interim {
+                continue;
+            }
+            return resp;
+        }
+        if head || status == 204 || status == 304 {
+            return resp;
+        }
+        if let Some(len) = resp.header("content-length") {
+            let len: usize = len.parse().unwrap();
+            resp.body = vec![0; len];
+            r.read_exact(&mut resp.body).unwrap();
+        } else {
+            r.read_to_end(&mut resp.body).unwrap();
+        }
+        return resp;
+    }
+}
+
+/// Reads one final response.
+pub fn read_response(r: &mut impl BufRead, head: bool) -> Response {
+    read_response_opts(r, head, true)
+}
+
+/// Reads until EOF (or a reset, which also counts as closed).
+pub fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return out,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return out,
+            Err(e) => panic!("read failed before the server closed the connection: {e}"),
+        }
+    }
+}
+
+/// True when the server closed the connection: a read returns EOF (or a reset).
+pub fn is_closed(s: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 1];
+    match s.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}

@@ -1,0 +1,22 @@
+//! End-to-end tests of ankh: the real `ankh` binary, plugins built from source by `build.rs`,
+//! and real clients over loopback TCP. One module per feature; acceptance points of
+//! `shared/acceptance.md` are named `aNN_...` after their number.
+
+#![allow(unreachable_pub)] // one test binary: `pub` only shares items between its modules
+
+// The harness: start a server, raw sockets, a client library, response parsing.
+mod harness;
+
+// Request parsing and framing: A1-A8, A11-A13, A16.
+mod http1;
+// Keep-alive, pipelining and connection lifetime: A17-A21.
+mod keepalive;
+// Responses: Content-Length, HEAD, status line, Date, errors, early responses, gzip,
+// 100-continue, concurrency: A26-A38.
+mod responses;
+// Routing between plugins and inside them (A40), and the example plugins.
+mod routing;
+// Fault containment and sandbox limits: A61-A64, A67, A72.
+mod sandbox;
+// The command line: serve's errors, --help, --version, build.
+mod cli;
