@@ -163,6 +163,7 @@ fn a67_bad_plugin_files_are_refused_and_the_rest_served() {
         .file("junk.wasm", b"this is not wasm at all")
         .file("core.wasm", b"\0asm\x01\0\0\0")
         .file("truncated.wasm", &hello[..hello.len() / 2])
+        .plugin(plugins::NOWORLD)
         .start();
     let log = s.log();
     assert!(log.contains("junk.wasm is not a WebAssembly file"), "{log}");
@@ -171,6 +172,11 @@ fn a67_bad_plugin_files_are_refused_and_the_rest_served() {
         "{log}"
     );
     assert!(log.contains("truncated.wasm does not compile"), "{log}");
+    assert!(
+        log.contains("noworld.wasm does not match the ankh:plugin@0.1.0 world")
+            && log.contains("ankh:plugin/handler@0.1.0"),
+        "{log}"
+    );
     assert_eq!(s.get("/hello").1, "Hello, World!");
     assert_eq!(s.get("/junk").0, 404);
 }
@@ -209,4 +215,21 @@ fn a72_a_full_queue_answers_503_with_retry_after_and_recovers() {
     }
     // Load is gone: served again.
     assert_eq!(s.get("/probe/status/200?body=back").1, "back");
+}
+
+#[test]
+fn plugins_get_no_filesystem_network_or_environment_by_default() {
+    let s = Options::default().plugin(plugins::PROBE).start();
+    // The host has PATH and HOME; the plugin sees neither.
+    assert_eq!(s.get("/probe/env?name=PATH").1, "absent");
+    assert_eq!(s.get("/probe/env?name=HOME").1, "absent");
+    let (status, body) = s.get("/probe/file?path=/etc/passwd");
+    assert_eq!(status, 200);
+    assert!(body.starts_with("error"), "{body}");
+    let (_, body) = s.get("/probe/file?path=Cargo.toml");
+    assert!(body.starts_with("error"), "{body}");
+    // Not even loopback, where this very server listens.
+    let (_, body) = s.get(&format!("/probe/connect?addr={}", s.addr));
+    assert!(body.starts_with("error"), "{body}");
+    assert_eq!(s.get("/probe/status/200?body=fine").1, "fine");
 }

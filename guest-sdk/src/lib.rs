@@ -31,8 +31,8 @@
 //! /// Routes are relative to where the host mounts the plugin (`/hello` for `hello.wasm`).
 //! fn router() -> Router {
 //!     Router::new()
-//!         .get("/hello", |_req: &Request| "Hello, World!")
-//!         .get("/hello/{name}", |req: &Request| {
+//!         .get("/", |_req: &Request| "Hello, World!")
+//!         .get("/{name}", |req: &Request| {
 //!             format!("Hello, {}!", req.param("name").unwrap_or("stranger"))
 //!         })
 //! }

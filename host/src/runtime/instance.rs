@@ -93,13 +93,12 @@ impl Instance {
 
     fn classify(&self, e: wasmtime::Error) -> Failure {
         let data = self.store.data();
-        // The error chain, then the guest's own frames (symbolized from the name section); the
-        // host's frames would only be noise here.
-        let mut report = format!("{e:#}");
-        if let Some(trace) = e.downcast_ref::<wasmtime::WasmBacktrace>() {
-            report.push('\n');
-            report.push_str(&trace.to_string());
-        }
+        // The guest's own frames (symbolized from the name section) when there are any; the
+        // reason itself goes in the headline, and the host's frames would only be noise.
+        let report = match e.downcast_ref::<wasmtime::WasmBacktrace>() {
+            Some(trace) => trace.to_string(),
+            None => format!("{e:#}"),
+        };
         let error =
             if data.budget.exceeded || matches!(e.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
                 InvokeError::Deadline(data.budget.deadline)
