@@ -6,5 +6,5 @@ wasmtime::component::bindgen!({
     world: "plugin",
 });
 
-pub use ankh::plugin::types;
-pub use exports::ankh::plugin::handler;
+pub use self::ankh::plugin::types;
+pub use self::exports::ankh::plugin::handler;
