@@ -79,6 +79,8 @@ pub struct Options {
     /// `(file name, contents)` written into the plugins directory as they are.
     pub files: Vec<(String, Vec<u8>)>,
     pub args: Vec<String>,
+    /// Run the server under `ulimit -n` of this many file descriptors.
+    pub fd_limit: Option<u32>,
 }
 
 impl Options {
@@ -107,6 +109,16 @@ impl Options {
         self
     }
 
+    /// Adds `--flag value`.
+    pub fn flag(self, flag: &str, value: impl ToString) -> Self {
+        self.arg(flag).arg(&value.to_string())
+    }
+
+    pub fn fd_limit(mut self, n: u32) -> Self {
+        self.fd_limit = Some(n);
+        self
+    }
+
     pub fn start(self) -> TestServer {
         TestServer::start_with(self)
     }
@@ -129,11 +141,25 @@ impl TestServer {
         for (name, contents) in &options.files {
             std::fs::write(dir.path().join(name), contents).unwrap();
         }
-        let mut child = Command::new(ankh_bin())
+        let ready = dir.path().with_extension("ready");
+        let _ = std::fs::remove_file(&ready);
+        let mut command = match options.fd_limit {
+            Some(n) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(ankh_bin());
+                c
+            }
+            None => Command::new(ankh_bin()),
+        };
+        let mut child = command
             .arg("serve")
             .arg("--plugins")
             .arg(dir.path())
             .args(["--listen", "127.0.0.1:0"])
+            .arg("--ready-file")
+            .arg(&ready)
             .args(&options.args)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
@@ -158,23 +184,11 @@ impl TestServer {
                 }
             });
         }
-        let started = Instant::now();
-        let addr = loop {
-            if let Some(addr) = parse_listening(&log.lock().unwrap()) {
-                break addr;
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "ankh exited with {status} before listening:\n{}",
-                    log.lock().unwrap()
-                );
-            }
-            assert!(
-                started.elapsed() < PATIENCE,
-                "ankh did not start listening:\n{}",
-                log.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        // Readiness: the ready file appears once the server accepts, or we give up after a
+        // wall-clock timeout (acceptance 60).
+        let addr = match wait_ready(&ready, &mut child, PATIENCE) {
+            Ok(addr) => addr,
+            Err(why) => panic!("ankh did not become ready: {why}\n{}", log.lock().unwrap()),
         };
         TestServer {
             child,
@@ -247,6 +261,58 @@ impl TestServer {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Sends a signal to the server (`TERM`, `INT`, ...).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the server to exit; fails the test after [`PATIENCE`].
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "ankh did not exit:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Open file descriptors of the server process.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .unwrap()
+            .count()
+    }
+
+    /// Resident memory of the server process, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    /// CPU time (user + system) the server has used, in clock ticks.
+    pub fn cpu_ticks(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = rest.split(' ').collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    }
 }
 
 impl Drop for TestServer {
@@ -259,11 +325,25 @@ impl Drop for TestServer {
     }
 }
 
-fn parse_listening(log: &str) -> Option<SocketAddr> {
-    let at = log.find("listening on http://")?;
-    let rest = &log[at + "listening on http://".len()..];
-    let end = rest.find(|c: char| c.is_whitespace())?;
-    rest[..end].parse().ok()
+/// Waits for `ankh serve --ready-file` to write its address, for at most `timeout` of wall
+/// clock time; fails early if the process exits.
+pub fn wait_ready(path: &Path, child: &mut Child, timeout: Duration) -> Result<SocketAddr, String> {
+    let started = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            return text
+                .trim()
+                .parse()
+                .map_err(|e| format!("ready file holds {text:?}: {e}"));
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("ankh exited with {status}"));
+        }
+        if started.elapsed() >= timeout {
+            return Err(format!("no ready file after {timeout:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// An HTTP client that reports every status as a response, not an error.

@@ -18,5 +18,8 @@ mod responses;
 mod routing;
 // Fault containment and sandbox limits: A61-A64, A67, A72.
 mod sandbox;
-// The command line: serve's errors, --help, --version, build.
+// The command line: building plugins, what serve logs.
 mod cli;
+// Hostile and broken clients, limits, timeouts, graceful drain, load and fault runs: A22-A25,
+// A59, A60.
+mod hardening;

@@ -94,15 +94,6 @@ fn a62_a_runaway_loop_is_stopped_at_its_deadline() {
     assert_eq!(s.get("/hello").0, 200);
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 #[test]
 fn a63_a_memory_bomb_is_stopped_at_its_cap() {
     let s = one_worker(&["--memory-limit-mib", "32"]);
@@ -114,7 +105,7 @@ fn a63_a_memory_bomb_is_stopped_at_its_cap() {
         assert_eq!(s.get("/alloc/ok").1, "ok 1");
     }
     // Five bombs of 32 MiB each did not accumulate in the host.
-    let rss = rss_kib(s.pid());
+    let rss = s.rss_kib();
     assert!(rss < 400 * 1024, "host RSS grew to {rss} KiB");
 }
 

@@ -1,14 +1,11 @@
 //! The command line: `ankh serve` and `ankh build`. Flags are parsed here and turned into
 //! validated configuration; nothing else reads them.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{ServeConfig, default_workers};
+use crate::config::{DEFAULT_CONFIG_FILE, FileConfig, Overrides, ServeConfig};
 
 /// ankh: an HTTP/1.1 and WebSocket application server whose handlers are sandboxed
 /// WebAssembly components.
@@ -20,6 +17,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once
 pub enum Command {
     /// Serve every NAME.wasm in the plugins directory at /NAME.
     Serve(ServeArgs),
@@ -29,49 +27,96 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Directory of plugins: each NAME.wasm directly inside is served at /NAME, and
-    /// index.wasm serves every path no other plugin matches.
-    #[arg(long, short = 'p', value_name = "DIR", default_value = "plugins")]
-    pub plugins: PathBuf,
+    /// Config file (TOML). Without this flag, ./ankh.toml is read if it exists. Flags override
+    /// what the file says.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
 
-    /// Address to listen on (IP:PORT). Port 0 picks a free port; the log says which.
-    #[arg(
-        long,
-        short = 'l',
-        value_name = "ADDR",
-        default_value = "127.0.0.1:8080"
-    )]
-    pub listen: String,
+    /// Print the effective configuration (defaults, file and flags combined) and exit.
+    #[arg(long)]
+    pub print_config: bool,
+
+    /// Directory of plugins: each NAME.wasm directly inside is served at /NAME, and
+    /// index.wasm serves every path no other plugin matches [default: plugins].
+    #[arg(long, short = 'p', value_name = "DIR")]
+    pub plugins: Option<PathBuf>,
+
+    /// Address to listen on (IP:PORT). Port 0 picks a free port; the log and the ready file
+    /// say which [default: 127.0.0.1:8080].
+    #[arg(long, short = 'l', value_name = "ADDR")]
+    pub listen: Option<String>,
+
+    /// Write the listening address to FILE once the server accepts connections (for scripts
+    /// and orchestration: wait for the file, with a timeout).
+    #[arg(long, value_name = "FILE")]
+    pub ready_file: Option<PathBuf>,
 
     /// Worker threads that run handlers [default: 10 per CPU core]. Handlers may block, so
     /// size this for the number of requests you want in flight at once.
     #[arg(long, short = 'w', value_name = "N")]
-    pub workers: Option<usize>,
+    pub workers: Option<u64>,
 
-    /// Requests that may wait for a free worker; past this, clients get 503 + Retry-After.
-    #[arg(long, value_name = "N", default_value_t = crate::limits::QUEUE_DEPTH)]
-    pub queue_depth: usize,
+    /// Requests that may wait for a free worker; past this, clients get 503 + Retry-After
+    /// [default: 1024].
+    #[arg(long, value_name = "N")]
+    pub queue_depth: Option<u64>,
 
-    /// Largest request body in bytes; a larger one gets 413 before it is read.
-    #[arg(long, value_name = "BYTES", default_value_t = crate::limits::MAX_BODY_BYTES)]
-    pub max_body_bytes: u64,
+    /// Largest request body in bytes; a larger one gets 413 before it is read
+    /// [default: 16777216].
+    #[arg(long, value_name = "BYTES")]
+    pub max_body_bytes: Option<u64>,
 
-    /// Largest request head (request line + headers) in bytes; a larger one gets 431.
-    #[arg(long, value_name = "BYTES", default_value_t = crate::limits::MAX_HEAD_BYTES)]
-    pub max_head_bytes: usize,
+    /// Largest request head (request line + headers) in bytes; a larger one gets 431
+    /// [default: 8192].
+    #[arg(long, value_name = "BYTES")]
+    pub max_head_bytes: Option<u64>,
 
-    /// Most header fields per request; more get 431.
-    #[arg(long, value_name = "N", default_value_t = crate::limits::MAX_HEADERS)]
-    pub max_headers: usize,
+    /// Most header fields per request; more get 431 [default: 100].
+    #[arg(long, value_name = "N")]
+    pub max_headers: Option<u64>,
+
+    /// Open connections; the next one is accepted and closed at once [default: 10000].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<u64>,
+
+    /// Unsent response bytes a connection may hold before it is closed as not reading
+    /// [default: 4194304].
+    #[arg(long, value_name = "BYTES")]
+    pub max_send_buffer_bytes: Option<u64>,
+
+    /// Close a connection with no request in progress after this long [default: 30000].
+    #[arg(long, value_name = "MS")]
+    pub idle_timeout_ms: Option<u64>,
+
+    /// A request head must be complete this long after its first byte, or the client gets 408
+    /// [default: 10000].
+    #[arg(long, value_name = "MS")]
+    pub head_timeout_ms: Option<u64>,
+
+    /// A whole request (head and body) must arrive this long after its first byte, or the
+    /// client gets 408 [default: 60000].
+    #[arg(long, value_name = "MS")]
+    pub request_timeout_ms: Option<u64>,
+
+    /// Close a connection whose pending output makes no progress for this long
+    /// [default: 30000].
+    #[arg(long, value_name = "MS")]
+    pub send_timeout_ms: Option<u64>,
+
+    /// On SIGTERM/SIGINT, how long in-flight requests may take before everything still open
+    /// is closed [default: 5000].
+    #[arg(long, value_name = "MS")]
+    pub drain_timeout_ms: Option<u64>,
 
     /// CPU time one handler call may use before it is stopped and the client gets 504.
-    /// Time spent blocked (sleeping, waiting on I/O) does not count.
-    #[arg(long, value_name = "MS", default_value_t = crate::limits::GUEST_CPU_DEADLINE.as_millis() as u64)]
-    pub cpu_deadline_ms: u64,
+    /// Time spent blocked (sleeping, waiting on I/O) does not count [default: 2000].
+    #[arg(long, value_name = "MS")]
+    pub cpu_deadline_ms: Option<u64>,
 
-    /// Linear memory one plugin instance may grow to, in MiB; past it the request gets 500.
-    #[arg(long, value_name = "MIB", default_value_t = (crate::limits::GUEST_MEMORY_BYTES >> 20) as u64)]
-    pub memory_limit_mib: u64,
+    /// Linear memory one plugin instance may grow to, in MiB; past it the request gets 500
+    /// [default: 64].
+    #[arg(long, value_name = "MIB")]
+    pub memory_limit_mib: Option<u64>,
 
     /// Allocate instances on demand instead of from wasmtime's pooling allocator.
     #[arg(long)]
@@ -95,40 +140,40 @@ pub struct BuildArgs {
 }
 
 impl ServeArgs {
-    /// Validates the flags into a [`ServeConfig`].
+    /// Reads the config file (if any) and layers the flags over it into a validated
+    /// [`ServeConfig`].
     pub fn into_config(self) -> anyhow::Result<ServeConfig> {
-        let listen: SocketAddr = self.listen.parse().with_context(|| {
-            format!(
-                "invalid --listen address {:?}: expected IP:PORT, e.g. 127.0.0.1:8080",
-                self.listen
-            )
-        })?;
-        let mut config = ServeConfig::new(listen, self.plugins);
-        config.workers = self.workers.unwrap_or_else(default_workers);
-        if config.workers == 0 {
-            bail!("--workers must be at least 1");
-        }
-        if self.queue_depth == 0 {
-            bail!("--queue-depth must be at least 1");
-        }
-        if self.cpu_deadline_ms == 0 {
-            bail!("--cpu-deadline-ms must be at least 1");
-        }
-        if self.memory_limit_mib == 0 || self.memory_limit_mib > 4096 {
-            bail!("--memory-limit-mib must be between 1 and 4096");
-        }
-        if self.max_headers == 0 || self.max_head_bytes < 64 {
-            bail!("--max-headers must be at least 1 and --max-head-bytes at least 64");
-        }
-        let limits = &mut config.limits;
-        limits.queue_depth = self.queue_depth;
-        limits.max_body_bytes = self.max_body_bytes;
-        limits.max_head_bytes = self.max_head_bytes;
-        limits.max_target_bytes = limits.max_target_bytes.min(self.max_head_bytes);
-        limits.max_headers = self.max_headers;
-        limits.guest_cpu_deadline = Duration::from_millis(self.cpu_deadline_ms);
-        limits.guest_memory_bytes = usize::try_from(self.memory_limit_mib << 20)?;
-        config.pooling = !self.no_pooling;
+        let path = match &self.config {
+            Some(path) => Some(path.clone()),
+            None => Some(PathBuf::from(DEFAULT_CONFIG_FILE)).filter(|p| p.is_file()),
+        };
+        let flags = Overrides {
+            listen: self.listen,
+            plugins: self.plugins,
+            workers: self.workers,
+            no_pooling: self.no_pooling,
+            ready_file: self.ready_file,
+            max_head_bytes: self.max_head_bytes,
+            max_headers: self.max_headers,
+            max_body_bytes: self.max_body_bytes,
+            queue_depth: self.queue_depth,
+            cpu_deadline_ms: self.cpu_deadline_ms,
+            memory_limit_mib: self.memory_limit_mib,
+            max_connections: self.max_connections,
+            max_send_buffer_bytes: self.max_send_buffer_bytes,
+            idle_timeout_ms: self.idle_timeout_ms,
+            head_timeout_ms: self.head_timeout_ms,
+            request_timeout_ms: self.request_timeout_ms,
+            send_timeout_ms: self.send_timeout_ms,
+            drain_timeout_ms: self.drain_timeout_ms,
+        };
+        let config = match path {
+            Some(path) => {
+                let (file, text) = FileConfig::read(&path)?;
+                ServeConfig::resolve(Some((file, &path, &text)), flags)?
+            }
+            None => ServeConfig::resolve(None, flags)?,
+        };
         Ok(config)
     }
 }

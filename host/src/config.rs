@@ -1,10 +1,21 @@
-//! The validated configuration of `ankh serve`. Built from the command line by [`crate::cli`];
-//! nothing else reads raw flags.
+//! The configuration of `ankh serve`: defaults, then the config file (`ankh.toml`), then flags.
+//!
+//! [`FileConfig`] is the file as written (every key optional, unknown keys refused);
+//! [`Overrides`] are the flags given on the command line; [`ServeConfig::resolve`] layers them
+//! over the defaults of [`crate::limits`] and validates the result. An error names where the
+//! bad value came from: the file, line and key, or the flag.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
 
 use crate::limits::{Limits, WORKERS_PER_CORE};
+
+/// The file read when `--config` is not given, if it exists in the working directory.
+pub const DEFAULT_CONFIG_FILE: &str = "ankh.toml";
 
 /// Everything `ankh serve` needs to start.
 #[derive(Debug, Clone)]
@@ -15,23 +26,521 @@ pub struct ServeConfig {
     pub limits: Limits,
     /// Use wasmtime's pooling instance allocator.
     pub pooling: bool,
+    /// Where to write the listening address once the server accepts connections.
+    pub ready_file: Option<PathBuf>,
+    /// The config file that was read, if any.
+    pub source: Option<PathBuf>,
 }
 
-impl ServeConfig {
-    /// The defaults: `127.0.0.1:8080`, `./plugins`, [`default_workers`], default limits.
-    pub fn new(listen: SocketAddr, plugins_dir: PathBuf) -> Self {
-        ServeConfig {
-            listen,
-            plugins_dir,
-            workers: default_workers(),
-            limits: Limits::default(),
-            pooling: true,
+/// `ankh.toml`. Every key is optional; unknown keys are errors.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    listen: Option<Spanned<String>>,
+    plugins: Option<Spanned<PathBuf>>,
+    workers: Option<Spanned<u64>>,
+    pooling: Option<Spanned<bool>>,
+    ready_file: Option<Spanned<PathBuf>>,
+    #[serde(default)]
+    limits: FileLimits,
+    #[serde(default)]
+    timeouts: FileTimeouts,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLimits {
+    max_head_bytes: Option<Spanned<u64>>,
+    max_headers: Option<Spanned<u64>>,
+    max_target_bytes: Option<Spanned<u64>>,
+    max_body_bytes: Option<Spanned<u64>>,
+    queue_depth: Option<Spanned<u64>>,
+    cpu_deadline_ms: Option<Spanned<u64>>,
+    memory_limit_mib: Option<Spanned<u64>>,
+    max_connections: Option<Spanned<u64>>,
+    max_send_buffer_bytes: Option<Spanned<u64>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTimeouts {
+    idle_ms: Option<Spanned<u64>>,
+    head_ms: Option<Spanned<u64>>,
+    request_ms: Option<Spanned<u64>>,
+    send_ms: Option<Spanned<u64>>,
+    drain_ms: Option<Spanned<u64>>,
+}
+
+/// Values given as flags; `None` where the flag was not given.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub plugins: Option<PathBuf>,
+    pub workers: Option<u64>,
+    pub no_pooling: bool,
+    pub ready_file: Option<PathBuf>,
+    pub max_head_bytes: Option<u64>,
+    pub max_headers: Option<u64>,
+    pub max_body_bytes: Option<u64>,
+    pub queue_depth: Option<u64>,
+    pub cpu_deadline_ms: Option<u64>,
+    pub memory_limit_mib: Option<u64>,
+    pub max_connections: Option<u64>,
+    pub max_send_buffer_bytes: Option<u64>,
+    pub idle_timeout_ms: Option<u64>,
+    pub head_timeout_ms: Option<u64>,
+    pub request_timeout_ms: Option<u64>,
+    pub send_timeout_ms: Option<u64>,
+    pub drain_timeout_ms: Option<u64>,
+}
+
+/// A bad configuration value, with where it came from.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{origin}: {message}")]
+    Value { origin: String, message: String },
+}
+
+/// Where a value came from, for error messages.
+struct Origin<'a> {
+    file: Option<(&'a Path, &'a str)>,
+}
+
+impl Origin<'_> {
+    /// `ankh.toml:7: limits.queue_depth` for a file value, `--queue-depth` for a flag.
+    fn describe<T>(&self, flag: &str, key: &str, from_file: Option<&Spanned<T>>) -> String {
+        match (from_file, self.file) {
+            (Some(spanned), Some((path, text))) => {
+                let line = text[..spanned.span().start.min(text.len())]
+                    .lines()
+                    .count()
+                    .max(1);
+                format!("{}:{line}: {key}", path.display())
+            }
+            _ => flag.to_owned(),
         }
     }
 }
 
-/// [`WORKERS_PER_CORE`] threads per available core: enough that handlers blocked on a sleep or
-/// a database do not stall the server.
-pub fn default_workers() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from) * WORKERS_PER_CORE
+impl FileConfig {
+    /// Reads and parses a config file.
+    pub fn read(path: &Path) -> Result<(FileConfig, String), ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let file = toml::from_str(&text).map_err(|e: toml::de::Error| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        Ok((file, text))
+    }
+}
+
+/// Picks a flag over a file value over nothing, remembering which.
+fn pick<T: Clone>(flag: Option<T>, file: Option<&Spanned<T>>) -> (Option<T>, Option<&Spanned<T>>) {
+    match flag {
+        Some(v) => (Some(v), None),
+        None => (file.map(|s| s.get_ref().clone()), file),
+    }
+}
+
+impl ServeConfig {
+    /// Layers the file (if any) and the flags over the defaults, and validates the result.
+    /// `file` is the parsed file, its path and its text.
+    pub fn resolve(
+        file: Option<(FileConfig, &Path, &str)>,
+        flags: Overrides,
+    ) -> Result<ServeConfig, ConfigError> {
+        let (cfg, origin, base) = match &file {
+            Some((cfg, path, text)) => (
+                Some(cfg),
+                Origin {
+                    file: Some((*path, *text)),
+                },
+                path.parent().map(Path::to_path_buf),
+            ),
+            None => (None, Origin { file: None }, None),
+        };
+        let empty = FileConfig::default();
+        let f = cfg.unwrap_or(&empty);
+        let err = |flag: &str, key: &str, spanned: Option<&Spanned<u64>>, message: String| {
+            ConfigError::Value {
+                origin: origin.describe(flag, key, spanned),
+                message,
+            }
+        };
+        // A number within `min..=max`, from the flag, the file or the default.
+        let number = |flag: &str,
+                      key: &str,
+                      given: Option<u64>,
+                      in_file: Option<&Spanned<u64>>,
+                      default: u64,
+                      min: u64,
+                      max: u64|
+         -> Result<u64, ConfigError> {
+            let (value, spanned) = pick(given, in_file);
+            let value = value.unwrap_or(default);
+            if value < min || value > max {
+                return Err(err(
+                    flag,
+                    key,
+                    spanned,
+                    format!("must be between {min} and {max}, got {value}"),
+                ));
+            }
+            Ok(value)
+        };
+
+        let (listen, listen_span) = pick(flags.listen.clone(), f.listen.as_ref());
+        let listen_text = listen.unwrap_or_else(|| "127.0.0.1:8080".to_owned());
+        let listen: SocketAddr = listen_text.parse().map_err(|_| ConfigError::Value {
+            origin: origin.describe("--listen", "listen", listen_span),
+            message: format!(
+                "invalid address {listen_text:?}: expected IP:PORT, e.g. 127.0.0.1:8080"
+            ),
+        })?;
+        let relative_to_file = |p: PathBuf, from_file: bool| match (&base, from_file) {
+            (Some(base), true) if p.is_relative() => base.join(p),
+            _ => p,
+        };
+        let (plugins, plugins_span) = pick(flags.plugins.clone(), f.plugins.as_ref());
+        let plugins_dir = relative_to_file(
+            plugins.unwrap_or_else(|| PathBuf::from("plugins")),
+            plugins_span.is_some(),
+        );
+        let (ready, ready_span) = pick(flags.ready_file.clone(), f.ready_file.as_ref());
+        let ready_file = ready.map(|p| relative_to_file(p, ready_span.is_some()));
+
+        let cores = std::thread::available_parallelism().map_or(1, usize::from) as u64;
+        let workers = number(
+            "--workers",
+            "workers",
+            flags.workers,
+            f.workers.as_ref(),
+            cores * WORKERS_PER_CORE as u64,
+            1,
+            10_000,
+        )?;
+        let pooling = !flags.no_pooling && f.pooling.as_ref().is_none_or(|p| *p.get_ref());
+
+        let l = &f.limits;
+        let t = &f.timeouts;
+        let d = Limits::default();
+        let max_head_bytes = number(
+            "--max-head-bytes",
+            "limits.max_head_bytes",
+            flags.max_head_bytes,
+            l.max_head_bytes.as_ref(),
+            d.max_head_bytes as u64,
+            256,
+            1 << 20,
+        )?;
+        let max_headers = number(
+            "--max-headers",
+            "limits.max_headers",
+            flags.max_headers,
+            l.max_headers.as_ref(),
+            d.max_headers as u64,
+            1,
+            10_000,
+        )?;
+        let max_target_bytes = number(
+            "--max-head-bytes",
+            "limits.max_target_bytes",
+            None,
+            l.max_target_bytes.as_ref(),
+            d.max_target_bytes as u64,
+            16,
+            1 << 20,
+        )?;
+        let max_body_bytes = number(
+            "--max-body-bytes",
+            "limits.max_body_bytes",
+            flags.max_body_bytes,
+            l.max_body_bytes.as_ref(),
+            d.max_body_bytes,
+            0,
+            1 << 40,
+        )?;
+        let queue_depth = number(
+            "--queue-depth",
+            "limits.queue_depth",
+            flags.queue_depth,
+            l.queue_depth.as_ref(),
+            d.queue_depth as u64,
+            1,
+            1 << 20,
+        )?;
+        let cpu_deadline_ms = number(
+            "--cpu-deadline-ms",
+            "limits.cpu_deadline_ms",
+            flags.cpu_deadline_ms,
+            l.cpu_deadline_ms.as_ref(),
+            d.guest_cpu_deadline.as_millis() as u64,
+            1,
+            3_600_000,
+        )?;
+        let memory_limit_mib = number(
+            "--memory-limit-mib",
+            "limits.memory_limit_mib",
+            flags.memory_limit_mib,
+            l.memory_limit_mib.as_ref(),
+            (d.guest_memory_bytes >> 20) as u64,
+            1,
+            4096,
+        )?;
+        let max_connections = number(
+            "--max-connections",
+            "limits.max_connections",
+            flags.max_connections,
+            l.max_connections.as_ref(),
+            d.max_connections as u64,
+            1,
+            10_000_000,
+        )?;
+        let max_send_buffer_bytes = number(
+            "--max-send-buffer-bytes",
+            "limits.max_send_buffer_bytes",
+            flags.max_send_buffer_bytes,
+            l.max_send_buffer_bytes.as_ref(),
+            d.max_send_buffer_bytes as u64,
+            1024,
+            1 << 34,
+        )?;
+        let ms = |flag: &str,
+                  key: &str,
+                  given: Option<u64>,
+                  in_file: Option<&Spanned<u64>>,
+                  default: Duration| {
+            number(
+                flag,
+                key,
+                given,
+                in_file,
+                default.as_millis() as u64,
+                1,
+                86_400_000,
+            )
+            .map(Duration::from_millis)
+        };
+        let idle_timeout = ms(
+            "--idle-timeout-ms",
+            "timeouts.idle_ms",
+            flags.idle_timeout_ms,
+            t.idle_ms.as_ref(),
+            d.idle_timeout,
+        )?;
+        let head_timeout = ms(
+            "--head-timeout-ms",
+            "timeouts.head_ms",
+            flags.head_timeout_ms,
+            t.head_ms.as_ref(),
+            d.head_timeout,
+        )?;
+        let request_timeout = ms(
+            "--request-timeout-ms",
+            "timeouts.request_ms",
+            flags.request_timeout_ms,
+            t.request_ms.as_ref(),
+            d.request_timeout,
+        )?;
+        let send_timeout = ms(
+            "--send-timeout-ms",
+            "timeouts.send_ms",
+            flags.send_timeout_ms,
+            t.send_ms.as_ref(),
+            d.send_timeout,
+        )?;
+        let drain_timeout = ms(
+            "--drain-timeout-ms",
+            "timeouts.drain_ms",
+            flags.drain_timeout_ms,
+            t.drain_ms.as_ref(),
+            d.drain_timeout,
+        )?;
+
+        let limits = Limits {
+            max_head_bytes: max_head_bytes as usize,
+            max_target_bytes: (max_target_bytes as usize).min(max_head_bytes as usize),
+            max_headers: max_headers as usize,
+            max_body_bytes,
+            queue_depth: queue_depth as usize,
+            guest_cpu_deadline: Duration::from_millis(cpu_deadline_ms),
+            guest_memory_bytes: (memory_limit_mib << 20) as usize,
+            max_connections: max_connections as usize,
+            max_send_buffer_bytes: max_send_buffer_bytes as usize,
+            idle_timeout,
+            head_timeout,
+            request_timeout,
+            send_timeout,
+            drain_timeout,
+        };
+        Ok(ServeConfig {
+            listen,
+            plugins_dir,
+            workers: workers as usize,
+            limits,
+            pooling,
+            ready_file,
+            source: file.map(|(_, path, _)| path.to_owned()),
+        })
+    }
+
+    /// The effective configuration in the config file's own format.
+    pub fn to_toml(&self) -> String {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            listen: String,
+            plugins: &'a Path,
+            workers: usize,
+            pooling: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            ready_file: Option<&'a Path>,
+            limits: OutLimits,
+            timeouts: OutTimeouts,
+        }
+        #[derive(Serialize)]
+        struct OutLimits {
+            max_head_bytes: usize,
+            max_headers: usize,
+            max_target_bytes: usize,
+            max_body_bytes: u64,
+            queue_depth: usize,
+            cpu_deadline_ms: u64,
+            memory_limit_mib: usize,
+            max_connections: usize,
+            max_send_buffer_bytes: usize,
+        }
+        #[derive(Serialize)]
+        struct OutTimeouts {
+            idle_ms: u64,
+            head_ms: u64,
+            request_ms: u64,
+            send_ms: u64,
+            drain_ms: u64,
+        }
+        let l = &self.limits;
+        let out = Out {
+            listen: self.listen.to_string(),
+            plugins: &self.plugins_dir,
+            workers: self.workers,
+            pooling: self.pooling,
+            ready_file: self.ready_file.as_deref(),
+            limits: OutLimits {
+                max_head_bytes: l.max_head_bytes,
+                max_headers: l.max_headers,
+                max_target_bytes: l.max_target_bytes,
+                max_body_bytes: l.max_body_bytes,
+                queue_depth: l.queue_depth,
+                cpu_deadline_ms: l.guest_cpu_deadline.as_millis() as u64,
+                memory_limit_mib: l.guest_memory_bytes >> 20,
+                max_connections: l.max_connections,
+                max_send_buffer_bytes: l.max_send_buffer_bytes,
+            },
+            timeouts: OutTimeouts {
+                idle_ms: l.idle_timeout.as_millis() as u64,
+                head_ms: l.head_timeout.as_millis() as u64,
+                request_ms: l.request_timeout.as_millis() as u64,
+                send_ms: l.send_timeout.as_millis() as u64,
+                drain_ms: l.drain_timeout.as_millis() as u64,
+            },
+        };
+        toml::to_string(&out).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from_text(text: &str, flags: Overrides) -> Result<ServeConfig, String> {
+        let path = Path::new("/etc/ankh/ankh.toml");
+        let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        ServeConfig::resolve(Some((file, path, text)), flags).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_without_a_file() {
+        let c = ServeConfig::resolve(None, Overrides::default()).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.plugins_dir, PathBuf::from("plugins"));
+        assert_eq!(c.limits, Limits::default());
+        assert!(c.pooling);
+    }
+
+    #[test]
+    fn file_values_apply_and_flags_win() {
+        let text = "listen = \"127.0.0.1:9000\"\nplugins = \"p\"\n[limits]\nqueue_depth = 7\n[timeouts]\nidle_ms = 1500\n";
+        let c = from_text(text, Overrides::default()).unwrap();
+        assert_eq!(c.listen.port(), 9000);
+        assert_eq!(c.plugins_dir, PathBuf::from("/etc/ankh/p"));
+        assert_eq!(c.limits.queue_depth, 7);
+        assert_eq!(c.limits.idle_timeout, Duration::from_millis(1500));
+        let flags = Overrides {
+            queue_depth: Some(9),
+            plugins: Some(PathBuf::from("q")),
+            ..Overrides::default()
+        };
+        let c = from_text(text, flags).unwrap();
+        assert_eq!(c.limits.queue_depth, 9);
+        assert_eq!(c.plugins_dir, PathBuf::from("q"));
+    }
+
+    #[test]
+    fn bad_values_name_file_line_and_key() {
+        let e = from_text(
+            "workers = 4\n\n[limits]\nqueue_depth = 0\n",
+            Overrides::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "/etc/ankh/ankh.toml:4: limits.queue_depth: must be between 1 and 1048576, got 0"
+        );
+        let e = from_text("listen = \"nope\"\n", Overrides::default()).unwrap_err();
+        assert!(
+            e.starts_with("/etc/ankh/ankh.toml:1: listen: invalid address"),
+            "{e}"
+        );
+        let e = ServeConfig::resolve(
+            None,
+            Overrides {
+                workers: Some(0),
+                ..Overrides::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(e, "--workers: must be between 1 and 10000, got 0");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_line() {
+        let e = from_text(
+            "workers = 4\n[limits]\nmax_heads = 3\n",
+            Overrides::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("line 3") && e.contains("unknown field `max_heads`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_printed_config_reads_back_the_same() {
+        let c = ServeConfig::resolve(None, Overrides::default()).unwrap();
+        let text = c.to_toml();
+        let again = from_text(&text, Overrides::default()).unwrap();
+        assert_eq!(again.limits, c.limits);
+        assert_eq!(again.listen, c.listen);
+    }
 }

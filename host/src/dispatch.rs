@@ -35,6 +35,18 @@ impl Dispatcher {
         }
     }
 
+    /// Takes back every request no worker has started, and closes the queue.
+    pub fn shut_down(&mut self) -> Vec<(ConnId, u64)> {
+        let jobs = self.pool.take_queued();
+        self.pool.close();
+        jobs.into_iter().map(|job| (job.conn, job.seq)).collect()
+    }
+
+    /// Requests waiting for a worker.
+    pub fn queued(&self) -> usize {
+        self.pool.queued()
+    }
+
     /// Queues the request for a worker, or says what to answer instead.
     pub fn dispatch(
         &mut self,

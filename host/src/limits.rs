@@ -63,6 +63,35 @@ pub const KV_MAX_VALUE_BYTES: usize = 1024 * 1024;
 /// Most keys in one plugin's key-value namespace.
 pub const KV_MAX_KEYS: usize = 100_000;
 
+/// Open client connections; the one past this is accepted and closed at once.
+pub const MAX_CONNECTIONS: usize = 10_000;
+
+/// Unsent response bytes one connection may hold. A reply that would push a backlog that is
+/// already non-empty past this closes the connection: the client is not reading.
+pub const MAX_SEND_BUFFER_BYTES: usize = 4 * 1024 * 1024;
+
+/// A connection with no request in progress (before its first byte, or between keep-alive
+/// requests) is closed after this long.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// From the first byte of a request to the end of its head; past it: 408 and close, however
+/// steadily the bytes trickle in.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// From the first byte of a request to the end of its body; past it: 408 and close.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A connection whose pending output makes no progress for this long is closed.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// After SIGTERM/SIGINT, how long in-flight requests get to finish before everything still
+/// open is closed.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a closed connection waits for the client to close after our last response, so
+/// that the response is not destroyed by a reset.
+pub const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The limits in force, with the constants above as defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
@@ -80,6 +109,20 @@ pub struct Limits {
     pub guest_cpu_deadline: Duration,
     /// See [`GUEST_MEMORY_BYTES`].
     pub guest_memory_bytes: usize,
+    /// See [`MAX_CONNECTIONS`].
+    pub max_connections: usize,
+    /// See [`MAX_SEND_BUFFER_BYTES`].
+    pub max_send_buffer_bytes: usize,
+    /// See [`IDLE_TIMEOUT`].
+    pub idle_timeout: Duration,
+    /// See [`HEAD_TIMEOUT`].
+    pub head_timeout: Duration,
+    /// See [`REQUEST_TIMEOUT`].
+    pub request_timeout: Duration,
+    /// See [`SEND_TIMEOUT`].
+    pub send_timeout: Duration,
+    /// See [`DRAIN_TIMEOUT`].
+    pub drain_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -92,6 +135,13 @@ impl Default for Limits {
             queue_depth: QUEUE_DEPTH,
             guest_cpu_deadline: GUEST_CPU_DEADLINE,
             guest_memory_bytes: GUEST_MEMORY_BYTES,
+            max_connections: MAX_CONNECTIONS,
+            max_send_buffer_bytes: MAX_SEND_BUFFER_BYTES,
+            idle_timeout: IDLE_TIMEOUT,
+            head_timeout: HEAD_TIMEOUT,
+            request_timeout: REQUEST_TIMEOUT,
+            send_timeout: SEND_TIMEOUT,
+            drain_timeout: DRAIN_TIMEOUT,
         }
     }
 }

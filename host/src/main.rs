@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use ankh::cli::{Cli, Command};
+use ankh::net::event_loop::{Ended, StopHandle};
 use ankh::server::Server;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
@@ -27,9 +28,18 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
+            let print = args.print_config;
             let config = args.into_config()?;
+            if print {
+                print!("{}", config.to_toml());
+                return Ok(());
+            }
+            if let Some(file) = &config.source {
+                tracing::info!(file = %file.display(), "configuration read");
+            }
             let server = Server::bind(&config)?;
             let mounted = server.registry.snapshot().len();
+            handle_signals(server.stop_handle())?;
             tracing::info!(
                 workers = config.workers,
                 plugins = mounted,
@@ -37,7 +47,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "listening on http://{}",
                 server.local_addr
             );
-            server.run()
+            match server.run()? {
+                Ended::Drained => tracing::info!("drained: every connection finished"),
+                Ended::ForceClosed(n) => {
+                    tracing::warn!("drain deadline passed: closed {n} connections still open")
+                }
+                Ended::Stopped => tracing::info!("stopped"),
+            }
+            Ok(())
         }
         Command::Build(args) => {
             let out = args.out.unwrap_or_else(|| args.src.clone());
@@ -53,4 +70,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// SIGTERM or SIGINT starts a graceful drain; a second one stops at once.
+fn handle_signals(handle: StopHandle) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    std::thread::Builder::new()
+        .name("ankh-signals".into())
+        .spawn(move || {
+            for (n, signal) in signals.forever().enumerate() {
+                let name = if signal == SIGTERM {
+                    "SIGTERM"
+                } else {
+                    "SIGINT"
+                };
+                if n == 0 {
+                    tracing::info!("{name} received: draining (again to stop at once)");
+                    handle.drain();
+                } else {
+                    tracing::warn!("{name} received again: stopping now");
+                    handle.stop();
+                }
+            }
+        })?;
+    Ok(())
 }

@@ -9,7 +9,7 @@ use crate::config::ServeConfig;
 use crate::dispatch::Dispatcher;
 use crate::job::reply_channel;
 use crate::loader::{self, Loaded};
-use crate::net::event_loop::{EventLoop, StopHandle};
+use crate::net::event_loop::{Ended, EventLoop, StopHandle};
 use crate::pool::WorkerPool;
 use crate::runtime::engine::{Runtime, RuntimeConfig};
 use crate::runtime::registry::Registry;
@@ -22,6 +22,7 @@ pub struct Server {
     pub loaded: Vec<Loaded>,
     event_loop: EventLoop,
     stop: StopHandle,
+    ready_file: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Server {
@@ -36,6 +37,7 @@ impl Server {
     /// Binds the listener, loads the plugins and starts the workers. Errors name what is wrong
     /// (a missing directory, an address in use) so the CLI can print them as they are.
     pub fn bind(config: &ServeConfig) -> anyhow::Result<Server> {
+        raise_fd_limit();
         let dir = &config.plugins_dir;
         if !dir.is_dir() {
             bail!(
@@ -92,6 +94,7 @@ impl Server {
             loaded,
             event_loop,
             stop,
+            ready_file: config.ready_file.clone(),
         })
     }
 
@@ -100,8 +103,29 @@ impl Server {
         self.stop.clone()
     }
 
-    /// Serves on the calling thread until stopped.
-    pub fn run(self) -> anyhow::Result<()> {
+    /// Serves on the calling thread until stopped or drained. Writes the ready file first.
+    pub fn run(self) -> anyhow::Result<Ended> {
+        if let Some(path) = &self.ready_file {
+            write_ready_file(path, self.local_addr)
+                .with_context(|| format!("cannot write ready file {}", path.display()))?;
+        }
         self.event_loop.run().context("the event loop failed")
+    }
+}
+
+/// Writes `addr` to `path` atomically: a reader sees no file or the whole address.
+fn write_ready_file(path: &std::path::Path, addr: SocketAddr) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, format!("{addr}\n"))?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Each connection is a file descriptor: lift the soft limit to the hard one, as servers
+/// usually do, so the connection cap rather than a low default is what binds.
+fn raise_fd_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::debug!(limit, "file descriptor limit"),
+        Err(e) => tracing::warn!("cannot raise the file descriptor limit: {e}"),
     }
 }

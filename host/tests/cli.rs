@@ -49,7 +49,8 @@ fn serve_refuses_a_bad_address() {
     ]);
     assert!(!out.status.success());
     assert!(
-        stderr(&out).contains("invalid --listen address \"not-an-address\""),
+        stderr(&out)
+            .contains("error: --listen: invalid address \"not-an-address\": expected IP:PORT"),
         "{}",
         stderr(&out)
     );
@@ -106,7 +107,7 @@ fn serve_refuses_zero_workers() {
     ]);
     assert!(!out.status.success());
     assert!(
-        stderr(&out).contains("--workers must be at least 1"),
+        stderr(&out).contains("error: --workers: must be between 1 and 10000, got 0"),
         "{}",
         stderr(&out)
     );

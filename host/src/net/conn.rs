@@ -3,33 +3,45 @@
 //! ```text
 //! Head ──head──▶ Body ──body──▶ Waiting ──reply──▶ Head (keep-alive) or Closing
 //!   └──────────── no body ───────▲                    │
-//! any protocol error ─▶ error response ─▶ Closing ─▶ Lingering ─▶ closed
+//! any protocol error or timeout ─▶ error response ─▶ Closing ─▶ Lingering ─▶ closed
 //! ```
 //!
 //! One request per connection is with a worker at a time, so pipelined requests are answered
 //! in order by construction; the bytes of the next ones wait in the read buffer. A reply is
 //! accepted only for the request in flight (`seq`), so a late or duplicate reply never reaches
 //! the wire.
+//!
+//! Every state has a clock (see [`Conn::on_timer`]): idle connections, heads and bodies that
+//! trickle in, and output the client does not read are all cut off, so a slow client holds a
+//! connection slot for a bounded time and a bounded amount of memory.
 
+use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::time::Instant;
-
-use mio::net::TcpStream;
 
 use super::io::{Step, read_some, write_some};
 use crate::dispatch::{Dispatcher, Immediate};
 use crate::job::{ConnId, Reply};
-use crate::limits::{Limits, READ_CHUNK_BYTES};
+use crate::limits::{LINGER_TIMEOUT, Limits, READ_CHUNK_BYTES};
 use crate::proto::body::BodyDecoder;
 use crate::proto::request::{self, Framing, RequestHead};
 use crate::proto::response::{self, RequestMeta};
 use crate::proto::{ProtoError, Status, Version};
 
-/// Pending output past which no further pipelined request is started until the client reads.
-const WRITE_HIGH_WATER_BYTES: usize = 256 * 1024;
-
 /// Bytes read and discarded after an error response before the socket is closed anyway.
 const LINGER_MAX_BYTES: usize = 256 * 1024;
+
+/// A byte stream a connection runs on: a TCP socket in the server, memory in the fuzzer.
+pub trait Transport: Read + Write {
+    /// Ends our sending side (TCP FIN), keeping the receiving side open.
+    fn shutdown_write(&self);
+}
+
+impl Transport for mio::net::TcpStream {
+    fn shutdown_write(&self) {
+        let _ = self.shutdown(Shutdown::Write);
+    }
+}
 
 /// Whether the event loop should keep the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +51,7 @@ pub enum Liveness {
 }
 
 enum State {
-    /// Reading a request head.
+    /// Reading a request head (or idle before one).
     Head,
     /// Reading the body of `head`.
     Body {
@@ -60,11 +72,14 @@ enum State {
 pub struct Ctx<'a> {
     pub dispatcher: &'a mut Dispatcher,
     pub limits: &'a Limits,
+    /// The server is draining: no new request is dispatched, and connections close after
+    /// their in-flight response.
+    pub draining: bool,
 }
 
-pub struct Conn {
+pub struct Conn<S> {
     pub id: ConnId,
-    pub stream: TcpStream,
+    pub stream: S,
     peer: SocketAddr,
     rbuf: Vec<u8>,
     wbuf: Vec<u8>,
@@ -73,10 +88,16 @@ pub struct Conn {
     /// The position of the current request on this connection.
     seq: u64,
     eof: bool,
+    /// When the connection last became idle (no request in progress), while it is.
+    idle_since: Option<Instant>,
+    /// When the first byte of the current request arrived, until it is complete.
+    request_since: Option<Instant>,
+    /// When pending output last moved (or first appeared).
+    write_progress: Instant,
 }
 
-impl Conn {
-    pub fn new(id: ConnId, stream: TcpStream, peer: SocketAddr) -> Self {
+impl<S: Transport> Conn<S> {
+    pub fn new(id: ConnId, stream: S, peer: SocketAddr, now: Instant) -> Self {
         Conn {
             id,
             stream,
@@ -87,6 +108,9 @@ impl Conn {
             state: State::Head,
             seq: 0,
             eof: false,
+            idle_since: Some(now),
+            request_since: None,
+            write_progress: now,
         }
     }
 
@@ -101,9 +125,19 @@ impl Conn {
             tracing::debug!(conn = ?self.id, seq = reply.seq, "stale reply dropped");
             return Liveness::Open;
         }
-        self.wbuf.extend_from_slice(&reply.bytes);
+        let backlog = self.wbuf.len() - self.wpos;
+        if backlog > 0 && backlog + reply.bytes.len() > ctx.limits.max_send_buffer_bytes {
+            tracing::warn!(
+                conn = ?self.id,
+                peer = %self.peer,
+                backlog,
+                "closing a connection that does not read its responses"
+            );
+            return Liveness::Closed;
+        }
+        self.queue_output(&reply.bytes);
         self.seq += 1;
-        self.state = if reply.close {
+        self.state = if reply.close || ctx.draining {
             State::Closing
         } else {
             State::Head
@@ -111,13 +145,78 @@ impl Conn {
         self.advance(ctx)
     }
 
-    /// A lingering connection whose client does not close is closed after this long.
-    pub fn linger_expired(&self, now: Instant, linger: std::time::Duration) -> bool {
-        matches!(self.state, State::Lingering { since, .. } if now.duration_since(since) >= linger)
+    /// The request in flight was never started (the server is draining): answer 503.
+    pub fn on_unstarted(&mut self, seq: u64, ctx: &mut Ctx<'_>) -> Liveness {
+        if !matches!(self.state, State::Waiting) || seq != self.seq {
+            return Liveness::Open;
+        }
+        let immediate = Immediate {
+            status: 503,
+            message: "the server is shutting down".to_owned(),
+            retry_after: None,
+        };
+        self.answer(&immediate, Version::Http11, false, false);
+        self.advance(ctx)
+    }
+
+    /// The server started draining: an idle connection closes now, a busy one after its
+    /// current exchange.
+    pub fn on_drain(&mut self, ctx: &mut Ctx<'_>) -> Liveness {
+        if matches!(self.state, State::Head) && self.rbuf.is_empty() && !self.pending_output() {
+            return Liveness::Closed;
+        }
+        self.advance(ctx)
+    }
+
+    /// Enforces the connection's deadlines; called periodically by the event loop.
+    pub fn on_timer(&mut self, now: Instant, ctx: &mut Ctx<'_>) -> Liveness {
+        let limits = ctx.limits;
+        let elapsed = |since: Option<Instant>| since.map(|t| now.saturating_duration_since(t));
+        if self.pending_output()
+            && now.saturating_duration_since(self.write_progress) >= limits.send_timeout
+        {
+            tracing::debug!(conn = ?self.id, peer = %self.peer, "send timeout");
+            return Liveness::Closed;
+        }
+        match self.state {
+            State::Lingering { since, .. } => {
+                if now.saturating_duration_since(since) >= LINGER_TIMEOUT {
+                    return Liveness::Closed;
+                }
+            }
+            State::Head if self.rbuf.is_empty() => {
+                if elapsed(self.idle_since).is_some_and(|d| d >= limits.idle_timeout) {
+                    tracing::debug!(conn = ?self.id, peer = %self.peer, "idle timeout");
+                    return Liveness::Closed;
+                }
+            }
+            State::Head => {
+                if elapsed(self.request_since).is_some_and(|d| d >= limits.head_timeout) {
+                    tracing::debug!(conn = ?self.id, peer = %self.peer, "request head timeout");
+                    self.fail(ProtoError::Timeout);
+                    return self.advance(ctx);
+                }
+            }
+            State::Body { .. } => {
+                if elapsed(self.request_since).is_some_and(|d| d >= limits.request_timeout) {
+                    tracing::debug!(conn = ?self.id, peer = %self.peer, "request body timeout");
+                    self.fail(ProtoError::Timeout);
+                    return self.advance(ctx);
+                }
+            }
+            State::Waiting | State::Closing => {}
+        }
+        Liveness::Open
     }
 
     /// Reads, parses, dispatches and writes until nothing more can happen without an event.
     fn advance(&mut self, ctx: &mut Ctx<'_>) -> Liveness {
+        let liveness = self.advance_inner(ctx);
+        self.update_clocks(Instant::now());
+        liveness
+    }
+
+    fn advance_inner(&mut self, ctx: &mut Ctx<'_>) -> Liveness {
         loop {
             if let Err(e) = self.flush() {
                 tracing::debug!(conn = ?self.id, "write failed: {e}");
@@ -135,6 +234,9 @@ impl Conn {
             }
             // Nothing to do with what is buffered: read more, if this state wants input.
             match self.state {
+                State::Head if ctx.draining && self.rbuf.is_empty() && !self.pending_output() => {
+                    return Liveness::Closed;
+                }
                 State::Head | State::Body { .. } if self.eof => {
                     // The client closed mid-request, or between requests.
                     return Liveness::Closed;
@@ -145,7 +247,7 @@ impl Conn {
                     if self.pending_output() {
                         return Liveness::Open;
                     }
-                    let _ = self.stream.shutdown(Shutdown::Write);
+                    self.stream.shutdown_write();
                     if self.eof {
                         return Liveness::Closed;
                     }
@@ -155,9 +257,6 @@ impl Conn {
                     };
                     continue;
                 }
-            }
-            if self.pending_output() && self.wbuf.len() - self.wpos > WRITE_HIGH_WATER_BYTES {
-                return Liveness::Open;
             }
             match self.read() {
                 Ok(Step::Moved(_)) => {}
@@ -172,6 +271,24 @@ impl Conn {
                     tracing::debug!(conn = ?self.id, "read failed: {e}");
                     return Liveness::Closed;
                 }
+            }
+        }
+    }
+
+    /// Starts and stops the idle and request clocks as the state changes.
+    fn update_clocks(&mut self, now: Instant) {
+        match self.state {
+            State::Head if self.rbuf.is_empty() => {
+                self.request_since = None;
+                self.idle_since.get_or_insert(now);
+            }
+            State::Head | State::Body { .. } => {
+                self.idle_since = None;
+                self.request_since.get_or_insert(now);
+            }
+            State::Waiting | State::Closing | State::Lingering { .. } => {
+                self.idle_since = None;
+                self.request_since = None;
             }
         }
     }
@@ -194,6 +311,8 @@ impl Conn {
                 if self.rbuf.is_empty() {
                     return Ok(false);
                 }
+                // The request clock starts with its first byte, however it arrived.
+                self.request_since.get_or_insert_with(Instant::now);
                 let (head, used) = match request::parse(&self.rbuf, ctx.limits)? {
                     Status::Partial => return Ok(false),
                     Status::Complete(head, used) => (head, used),
@@ -202,8 +321,8 @@ impl Conn {
                 match head.framing {
                     Framing::Empty => self.dispatch(head, Vec::new(), ctx),
                     Framing::Length(n) => {
-                        if head.expect_continue && self.rbuf.is_empty() {
-                            self.wbuf.extend_from_slice(response::CONTINUE);
+                        if head.expect_continue && self.rbuf.is_empty() && !ctx.draining {
+                            self.queue_output(response::CONTINUE);
                         }
                         let cap = usize::try_from(n).unwrap_or(usize::MAX).min(1 << 20);
                         self.state = State::Body {
@@ -213,8 +332,8 @@ impl Conn {
                         };
                     }
                     Framing::Chunked => {
-                        if head.expect_continue && self.rbuf.is_empty() {
-                            self.wbuf.extend_from_slice(response::CONTINUE);
+                        if head.expect_continue && self.rbuf.is_empty() && !ctx.draining {
+                            self.queue_output(response::CONTINUE);
                         }
                         self.state = State::Body {
                             head,
@@ -244,20 +363,30 @@ impl Conn {
         }
     }
 
-    /// Hands a complete request on; answers at once when the dispatcher says so.
+    /// Hands a complete request on; answers at once when the dispatcher says so, or when the
+    /// server is draining.
     fn dispatch(&mut self, head: RequestHead, body: Vec<u8>, ctx: &mut Ctx<'_>) {
-        let meta = Meta::of(&head);
+        let (version, is_head, keep_alive) = (head.version, head.is_head(), head.keep_alive);
         self.state = State::Waiting;
+        if ctx.draining {
+            let immediate = Immediate {
+                status: 503,
+                message: "the server is shutting down".to_owned(),
+                retry_after: None,
+            };
+            self.answer(&immediate, version, is_head, false);
+            return;
+        }
         if let Err(immediate) = ctx
             .dispatcher
             .dispatch(self.id, self.seq, head, body, self.peer)
         {
-            self.answer(&immediate, meta);
+            self.answer(&immediate, version, is_head, keep_alive);
         }
     }
 
     /// Writes a host-made response for the current request.
-    fn answer(&mut self, immediate: &Immediate, meta: Meta) {
+    fn answer(&mut self, immediate: &Immediate, version: Version, head: bool, keep_alive: bool) {
         let retry;
         let extra: &[(&str, &str)] = match immediate.retry_after {
             Some(secs) => {
@@ -267,18 +396,15 @@ impl Conn {
             None => &[],
         };
         let req = RequestMeta {
-            version: meta.version,
-            head: meta.head,
-            keep_alive: meta.keep_alive,
+            version,
+            head,
+            keep_alive,
             accept_encoding: None,
         };
-        let keep_alive = response::encode_simple(
-            immediate.status,
-            extra,
-            &immediate.message,
-            &req,
-            &mut self.wbuf,
-        );
+        let mut out = Vec::new();
+        let keep_alive =
+            response::encode_simple(immediate.status, extra, &immediate.message, &req, &mut out);
+        self.queue_output(&out);
         self.seq += 1;
         self.state = if keep_alive {
             State::Head
@@ -297,8 +423,22 @@ impl Conn {
             keep_alive: false,
             accept_encoding: None,
         };
-        response::encode_simple(e.status(), &[], &e.to_string(), &req, &mut self.wbuf);
+        let mut out = Vec::new();
+        response::encode_simple(e.status(), &[], &e.to_string(), &req, &mut out);
+        self.queue_output(&out);
         self.state = State::Closing;
+    }
+
+    fn queue_output(&mut self, bytes: &[u8]) {
+        if !self.pending_output() {
+            self.write_progress = Instant::now();
+        }
+        // Drop what was already written, so the buffer holds only the backlog.
+        if self.wpos > 0 {
+            self.wbuf.drain(..self.wpos);
+            self.wpos = 0;
+        }
+        self.wbuf.extend_from_slice(bytes);
     }
 
     fn read(&mut self) -> std::io::Result<Step> {
@@ -321,30 +461,15 @@ impl Conn {
     fn flush(&mut self) -> std::io::Result<()> {
         while self.pending_output() {
             match write_some(&mut self.stream, &self.wbuf[self.wpos..])? {
-                Step::Moved(n) => self.wpos += n,
+                Step::Moved(n) => {
+                    self.wpos += n;
+                    self.write_progress = Instant::now();
+                }
                 Step::WouldBlock | Step::Eof => return Ok(()),
             }
         }
         self.wbuf.clear();
         self.wpos = 0;
         Ok(())
-    }
-}
-
-/// What a host-made answer needs to know about the request.
-#[derive(Debug, Clone, Copy)]
-struct Meta {
-    version: Version,
-    head: bool,
-    keep_alive: bool,
-}
-
-impl Meta {
-    fn of(head: &RequestHead) -> Self {
-        Meta {
-            version: head.version,
-            head: head.is_head(),
-            keep_alive: head.keep_alive,
-        }
     }
 }

@@ -1,12 +1,16 @@
 //! The I/O thread: one `mio::Poll` for the listener, every connection, and the waker that
 //! workers use to hand back replies. Handlers never run here.
+//!
+//! Besides readiness, the loop runs a timer sweep (every [`TIMER_PERIOD`]) that enforces each
+//! connection's deadlines, retries `accept` after the process ran out of file descriptors, and
+//! ends a graceful drain.
 
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use mio::net::TcpListener;
+use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
@@ -18,31 +22,40 @@ use crate::limits::Limits;
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
 
-/// How often timers are checked when no event arrives.
-const TIMER_PERIOD: Duration = Duration::from_millis(250);
+/// How often deadlines are checked. Every timeout is enforced within one period.
+const TIMER_PERIOD: Duration = Duration::from_millis(100);
 
-/// How long a connection whose response ended it may linger before it is closed.
-const LINGER: Duration = Duration::from_secs(2);
+/// After `accept` failed for lack of file descriptors, wait this long before trying again, so
+/// the loop neither spins nor forgets the backlog.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Readiness events taken per `poll`.
 const EVENTS_PER_POLL: usize = 1024;
 
+/// What the loop has been asked to do, set from any thread.
+const RUN: u8 = 0;
+const DRAIN: u8 = 1;
+const STOP: u8 = 2;
+
 /// The socket loop. Build with [`EventLoop::new`], then call [`EventLoop::run`] on its thread.
 pub struct EventLoop {
     poll: Poll,
-    listener: TcpListener,
-    conns: Slab<Conn>,
+    listener: Option<TcpListener>,
+    conns: Slab<Conn<TcpStream>>,
     next_serial: u64,
     dispatcher: Dispatcher,
     replies: ReplyRx,
     limits: Limits,
-    stop: Arc<AtomicBool>,
+    command: Arc<AtomicU8>,
+    /// Set once draining: when everything still open is closed regardless.
+    drain_deadline: Option<Instant>,
+    accept_retry_at: Option<Instant>,
 }
 
-/// Stops a running [`EventLoop`] from any thread.
+/// Drains or stops a running [`EventLoop`] from any thread.
 #[derive(Clone)]
 pub struct StopHandle {
-    stop: Arc<AtomicBool>,
+    command: Arc<AtomicU8>,
     waker: Arc<Waker>,
 }
 
@@ -53,10 +66,30 @@ impl std::fmt::Debug for StopHandle {
 }
 
 impl StopHandle {
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
+    /// Graceful: stop accepting, let in-flight requests finish, then return from `run`.
+    pub fn drain(&self) {
+        let _ = self
+            .command
+            .compare_exchange(RUN, DRAIN, Ordering::AcqRel, Ordering::Acquire);
         let _ = self.waker.wake();
     }
+
+    /// Immediate: return from `run` at the next wake-up, closing every connection.
+    pub fn stop(&self) {
+        self.command.store(STOP, Ordering::Release);
+        let _ = self.waker.wake();
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Every connection finished before the drain deadline.
+    Drained,
+    /// The drain deadline passed with this many connections still open; they were closed.
+    ForceClosed(usize),
+    /// Stopped without draining.
+    Stopped,
 }
 
 impl EventLoop {
@@ -78,31 +111,46 @@ impl EventLoop {
     ) -> io::Result<(EventLoop, StopHandle)> {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
-        let stop = Arc::new(AtomicBool::new(false));
+        let command = Arc::new(AtomicU8::new(RUN));
         let handle = StopHandle {
-            stop: stop.clone(),
+            command: command.clone(),
             waker,
         };
         Ok((
             EventLoop {
                 poll,
-                listener,
+                listener: Some(listener),
                 conns: Slab::new(),
                 next_serial: 1,
                 dispatcher,
                 replies,
                 limits,
-                stop,
+                command,
+                drain_deadline: None,
+                accept_retry_at: None,
             },
             handle,
         ))
     }
 
-    /// Serves until stopped.
-    pub fn run(mut self) -> io::Result<()> {
+    /// Serves until stopped, or until a drain completes.
+    pub fn run(mut self) -> io::Result<Ended> {
         let mut events = Events::with_capacity(EVENTS_PER_POLL);
         let mut last_sweep = Instant::now();
-        while !self.stop.load(Ordering::Acquire) {
+        loop {
+            match self.command.load(Ordering::Acquire) {
+                STOP => return Ok(Ended::Stopped),
+                DRAIN if self.drain_deadline.is_none() => self.begin_drain(),
+                _ => {}
+            }
+            if let Some(deadline) = self.drain_deadline {
+                if self.conns.is_empty() {
+                    return Ok(Ended::Drained);
+                }
+                if Instant::now() >= deadline {
+                    return Ok(Ended::ForceClosed(self.conns.len()));
+                }
+            }
             if let Err(e) = self.poll.poll(&mut events, Some(TIMER_PERIOD)) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -122,14 +170,53 @@ impl EventLoop {
                 self.sweep(now);
             }
         }
-        Ok(())
+    }
+
+    /// Open connections.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Runs `event` on the connection in `slot` (if it is still the connection `id`, when
+    /// given) and closes it if the event says so.
+    fn drive(
+        &mut self,
+        slot: usize,
+        id: Option<ConnId>,
+        event: impl FnOnce(&mut Conn<TcpStream>, &mut Ctx<'_>) -> Liveness,
+    ) {
+        let mut ctx = Ctx {
+            dispatcher: &mut self.dispatcher,
+            limits: &self.limits,
+            draining: self.drain_deadline.is_some(),
+        };
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return;
+        };
+        if id.is_some_and(|id| conn.id != id) {
+            // The connection this was for is gone; its slot has a new occupant.
+            return;
+        }
+        if event(conn, &mut ctx) == Liveness::Closed {
+            self.close(slot);
+        }
     }
 
     /// Accepts until the listener would block.
     fn accept(&mut self) {
+        let Some(listener) = &self.listener else {
+            return;
+        };
         loop {
-            match self.listener.accept() {
+            match listener.accept() {
                 Ok((stream, peer)) => {
+                    if self.conns.len() >= self.limits.max_connections {
+                        // Accepted and closed at once: the client learns immediately, and the
+                        // backlog does not fill with connections we would never serve.
+                        tracing::warn!(%peer, max = self.limits.max_connections, "connection limit reached: closing a new connection");
+                        let _ = stream.shutdown(std::net::Shutdown::Both);
+                        continue;
+                    }
                     if let Err(e) = stream.set_nodelay(true) {
                         tracing::debug!("set_nodelay failed: {e}");
                     }
@@ -140,7 +227,7 @@ impl EventLoop {
                         serial: self.next_serial,
                     };
                     self.next_serial += 1;
-                    let mut conn = Conn::new(id, stream, peer);
+                    let mut conn = Conn::new(id, stream, peer, Instant::now());
                     if let Err(e) = self.poll.registry().register(
                         &mut conn.stream,
                         Token(slot),
@@ -154,8 +241,12 @@ impl EventLoop {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    // EMFILE and friends: leave the rest in the backlog until the next event.
-                    tracing::warn!("accept failed: {e}");
+                    // Out of file descriptors (EMFILE/ENFILE) or memory: the connection stays
+                    // in the backlog. Retry after a pause rather than spinning on it.
+                    if self.accept_retry_at.is_none() {
+                        tracing::warn!("accept failed, retrying shortly: {e}");
+                    }
+                    self.accept_retry_at = Some(Instant::now() + ACCEPT_BACKOFF);
                     return;
                 }
             }
@@ -163,49 +254,52 @@ impl EventLoop {
     }
 
     fn on_conn_event(&mut self, slot: usize) {
-        let Some(conn) = self.conns.get_mut(slot) else {
-            return;
-        };
-        let mut ctx = Ctx {
-            dispatcher: &mut self.dispatcher,
-            limits: &self.limits,
-        };
-        if conn.on_ready(&mut ctx) == Liveness::Closed {
-            self.close(slot);
-        }
+        self.drive(slot, None, |conn, ctx| conn.on_ready(ctx));
     }
 
     fn deliver_replies(&mut self) {
         let replies: Vec<_> = self.replies.drain().collect();
         for reply in replies {
-            let slot = reply.conn.slot;
-            let Some(conn) = self.conns.get_mut(slot) else {
-                continue;
-            };
-            if conn.id != reply.conn {
-                // The connection this reply was for is gone; its slot has a new occupant.
-                continue;
-            }
-            let mut ctx = Ctx {
-                dispatcher: &mut self.dispatcher,
-                limits: &self.limits,
-            };
-            if conn.on_reply(reply, &mut ctx) == Liveness::Closed {
-                self.close(slot);
-            }
+            let id = reply.conn;
+            self.drive(id.slot, Some(id), |conn, ctx| conn.on_reply(reply, ctx));
         }
     }
 
     fn sweep(&mut self, now: Instant) {
-        let expired: Vec<usize> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.linger_expired(now, LINGER))
-            .map(|(slot, _)| slot)
-            .collect();
-        for slot in expired {
-            self.close(slot);
+        if self.accept_retry_at.is_some_and(|t| now >= t) {
+            self.accept_retry_at = None;
+            self.accept();
         }
+        for slot in self.slots() {
+            self.drive(slot, None, |conn, ctx| conn.on_timer(now, ctx));
+        }
+    }
+
+    /// Stops accepting at once, answers requests no worker started with 503, and closes
+    /// idle connections; busy ones close after their in-flight response.
+    fn begin_drain(&mut self) {
+        self.drain_deadline = Some(Instant::now() + self.limits.drain_timeout);
+        if let Some(mut listener) = self.listener.take() {
+            let _ = self.poll.registry().deregister(&mut listener);
+        }
+        let unstarted = self.dispatcher.shut_down();
+        tracing::info!(
+            connections = self.conns.len(),
+            unstarted = unstarted.len(),
+            deadline_ms = self.limits.drain_timeout.as_millis() as u64,
+            "draining: no longer accepting"
+        );
+        for (id, seq) in unstarted {
+            self.drive(id.slot, Some(id), |conn, ctx| conn.on_unstarted(seq, ctx));
+        }
+        for slot in self.slots() {
+            self.drive(slot, None, |conn, ctx| conn.on_drain(ctx));
+        }
+    }
+
+    /// The slots in use now (a snapshot, so connections can close while iterating).
+    fn slots(&self) -> Vec<usize> {
+        self.conns.iter().map(|(slot, _)| slot).collect()
     }
 
     fn close(&mut self, slot: usize) {

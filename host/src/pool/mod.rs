@@ -9,7 +9,7 @@ mod worker;
 
 use std::thread::JoinHandle;
 
-use crossbeam_channel::{Sender, TrySendError};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::job::{Job, ReplyTx};
 
@@ -21,6 +21,8 @@ pub struct Busy(pub Box<Job>);
 #[derive(Debug)]
 pub struct WorkerPool {
     tx: Option<Sender<Box<Job>>>,
+    /// Kept to take back jobs no worker has started, when the server drains.
+    rx: Receiver<Box<Job>>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -39,6 +41,7 @@ impl WorkerPool {
         }
         Ok(WorkerPool {
             tx: Some(tx),
+            rx,
             threads,
         })
     }
@@ -56,14 +59,23 @@ impl WorkerPool {
 
     /// Jobs waiting for a worker.
     pub fn queued(&self) -> usize {
-        self.tx.as_ref().map_or(0, Sender::len)
+        self.rx.len()
     }
-}
 
-impl Drop for WorkerPool {
-    /// Closes the queue; workers finish the jobs already queued and exit.
-    fn drop(&mut self) {
+    /// Takes every job no worker has started yet.
+    pub fn take_queued(&self) -> Vec<Box<Job>> {
+        self.rx.try_iter().collect()
+    }
+
+    /// Closes the queue: each worker exits once it finishes its current job. Does not wait
+    /// for them, since a handler may be blocked for a long time; see [`WorkerPool::join`].
+    pub fn close(&mut self) {
         self.tx = None;
+    }
+
+    /// Closes the queue and waits for every worker to exit.
+    pub fn join(mut self) {
+        self.close();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

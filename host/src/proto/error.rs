@@ -20,6 +20,8 @@ pub enum ProtoError {
     ExpectationFailed,
     /// The request line names an HTTP version other than 1.0 and 1.1.
     VersionNotSupported,
+    /// The request head or body did not arrive within its deadline.
+    Timeout,
 }
 
 impl ProtoError {
@@ -33,6 +35,7 @@ impl ProtoError {
             ProtoError::UnsupportedTransferCoding => 501,
             ProtoError::ExpectationFailed => 417,
             ProtoError::VersionNotSupported => 505,
+            ProtoError::Timeout => 408,
         }
     }
 }
@@ -51,6 +54,7 @@ impl fmt::Display for ProtoError {
                 f.write_str("only `Expect: 100-continue` is supported")
             }
             ProtoError::VersionNotSupported => f.write_str("HTTP version not supported"),
+            ProtoError::Timeout => f.write_str("the request did not arrive in time"),
         }
     }
 }

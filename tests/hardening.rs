@@ -1,0 +1,789 @@
+//! Hostile and broken clients: slow heads and bodies (A22), idle connections (A23), the
+//! connection cap and running out of file descriptors (A24), clients that never read (A25),
+//! graceful drain (A59) and readiness (A60), plus load and fault runs: a thousand slow-loris
+//! connections, ten thousand abandoned exchanges, and a hundred malformed requests.
+
+use std::io::{BufReader, ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::harness::{Options, PATIENCE, is_closed, plugins, read_response};
+
+fn probe() -> Options {
+    Options::default().plugin(plugins::PROBE)
+}
+
+/// Reads whatever arrives until the server closes; panics if it does not close in time.
+fn read_until_closed(stream: &mut TcpStream) -> Vec<u8> {
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    crate::harness::read_to_close(stream)
+}
+
+#[test]
+fn a22_a_head_sent_one_byte_at_a_time_is_cut_at_its_deadline() {
+    let s = probe()
+        .flag("--head-timeout-ms", 800)
+        .flag("--idle-timeout-ms", 60_000)
+        .start();
+    let mut stream = s.connect();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    // The client never goes idle for long: a byte every 100 ms, far more often than any idle
+    // timeout. The head deadline still ends it.
+    let trickle = b"GET /probe/status/200 HTTP/1.1\r\nHost: a\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let mut reply = Vec::new();
+    for b in trickle {
+        if stream.write_all(&[*b]).is_err() {
+            break;
+        }
+        let mut buf = [0u8; 1024];
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => reply.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => break,
+        }
+        if !reply.is_empty() {
+            break;
+        }
+    }
+    reply.extend(read_until_closed(&mut stream));
+    let text = String::from_utf8_lossy(&reply);
+    assert!(text.starts_with("HTTP/1.1 408 "), "{text:?}");
+    assert!(text.contains("connection: close"));
+    assert_eq!(s.get("/probe/status/200?body=fine").1, "fine");
+}
+
+#[test]
+fn a22_a_body_that_trickles_is_cut_at_the_request_deadline() {
+    let s = probe().flag("--request-timeout-ms", 800).start();
+    let mut stream = s.connect();
+    stream
+        .write_all(b"POST /probe/inc HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n{")
+        .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut reply = Vec::new();
+    for _ in 0..999 {
+        if stream.write_all(b" ").is_err() {
+            break;
+        }
+        let mut buf = [0u8; 1024];
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                reply.extend_from_slice(&buf[..n]);
+                break;
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => break,
+        }
+    }
+    reply.extend(read_until_closed(&mut stream));
+    assert!(String::from_utf8_lossy(&reply).starts_with("HTTP/1.1 408 "));
+}
+
+#[test]
+fn a23_silent_and_idle_keep_alive_connections_are_closed() {
+    let s = probe().flag("--idle-timeout-ms", 300).start();
+    // Never sends a byte.
+    let mut silent = s.connect();
+    assert!(read_until_closed(&mut silent).is_empty());
+    // Idle after one exchange.
+    let mut stream = s.connect();
+    stream
+        .write_all(b"GET /probe/status/200?body=one HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let resp = read_response(&mut BufReader::new(stream.try_clone().unwrap()), false);
+    assert_eq!(resp.text(), "one");
+    assert!(read_until_closed(&mut stream).is_empty());
+}
+
+#[test]
+fn a24_the_connection_past_the_cap_is_closed_and_the_others_keep_working() {
+    let s = probe().flag("--max-connections", 5).start();
+    let mut held: Vec<TcpStream> = (0..5)
+        .map(|i| {
+            let mut c = s.connect();
+            write!(
+                c,
+                "GET /probe/status/200?body=c{i} HTTP/1.1\r\nHost: a\r\n\r\n"
+            )
+            .unwrap();
+            let resp = read_response(&mut BufReader::new(c.try_clone().unwrap()), false);
+            assert_eq!(resp.text(), format!("c{i}"));
+            c
+        })
+        .collect();
+    let mut extra = s.connect();
+    assert!(is_closed(&mut extra), "the sixth connection stayed open");
+    for (i, c) in held.iter_mut().enumerate() {
+        write!(
+            c,
+            "GET /probe/status/200?body=again{i} HTTP/1.1\r\nHost: a\r\n\r\n"
+        )
+        .unwrap();
+        let resp = read_response(&mut BufReader::new(c.try_clone().unwrap()), false);
+        assert_eq!(resp.text(), format!("again{i}"));
+    }
+    s.wait_for_log("connection limit reached");
+    // A slot freed is a slot usable again.
+    drop(held.pop());
+    let started = Instant::now();
+    loop {
+        let mut c = s.connect();
+        if c.write_all(b"GET /probe/status/200?body=back HTTP/1.1\r\nHost: a\r\n\r\n")
+            .is_ok()
+        {
+            let mut reader = BufReader::new(c.try_clone().unwrap());
+            let mut first = String::new();
+            if std::io::BufRead::read_line(&mut reader, &mut first).is_ok() && !first.is_empty() {
+                assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+                break;
+            }
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "the freed slot was never reused"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a24_running_out_of_file_descriptors_does_not_spin_the_accept_loop() {
+    let s = probe().fd_limit(64).start();
+    // Far more connections than descriptors: the accept loop hits EMFILE.
+    let clients: Vec<TcpStream> = (0..120).map(|_| s.connect()).collect();
+    s.wait_for_log("accept failed, retrying shortly");
+    let before = s.cpu_ticks();
+    std::thread::sleep(Duration::from_secs(1));
+    let used = s.cpu_ticks() - before;
+    // A spinning loop burns ~100 ticks a second; backing off burns almost none.
+    assert!(
+        used < 30,
+        "the server used {used} ticks of CPU in one second while out of fds"
+    );
+    drop(clients);
+    let started = Instant::now();
+    loop {
+        let mut c = s.connect();
+        let ok = c
+            .write_all(b"GET /probe/status/200?body=alive HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            .is_ok();
+        let reply = if ok {
+            read_until_closed(&mut c)
+        } else {
+            Vec::new()
+        };
+        if String::from_utf8_lossy(&reply).ends_with("alive\n") || reply.ends_with(b"alive") {
+            break;
+        }
+        assert!(started.elapsed() < PATIENCE, "the server did not recover");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a25_a_client_that_never_reads_is_closed_and_memory_stays_bounded() {
+    let s = probe()
+        .flag("--max-send-buffer-bytes", 1 << 20)
+        .flag("--workers", 2)
+        .start();
+    let baseline = s.rss_kib();
+    let mut stream = s.connect();
+    // 200 pipelined requests for 500 KB each: 100 MB of responses if the server kept them all.
+    let mut requests = Vec::new();
+    for _ in 0..200 {
+        requests.extend_from_slice(b"GET /probe/big?n=500000 HTTP/1.1\r\nHost: a\r\n\r\n");
+    }
+    stream.write_all(&requests).unwrap();
+    s.wait_for_log("closing a connection that does not read its responses");
+    let rss = s.rss_kib();
+    assert!(
+        rss < baseline + 64 * 1024,
+        "RSS grew from {baseline} KiB to {rss} KiB"
+    );
+    // What the client can still read is what sat in kernel buffers, far less than 100 MB.
+    let got = read_until_closed(&mut stream).len();
+    assert!(got < 20_000_000, "read {got} bytes");
+    assert_eq!(s.get("/probe/status/200?body=ok").1, "ok");
+}
+
+#[test]
+fn a25_a_stalled_reader_of_one_large_response_is_closed_by_the_send_timeout() {
+    let s = probe().flag("--send-timeout-ms", 500).start();
+    let mut stream = s.connect();
+    stream
+        .write_all(b"GET /probe/big?n=30000000 HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    // Do not read until the server has had time to give up on us.
+    std::thread::sleep(Duration::from_millis(1500));
+    let got = read_until_closed(&mut stream).len();
+    assert!(got < 30_000_000, "the whole response arrived: {got} bytes");
+}
+
+#[test]
+fn a59_drain_finishes_in_flight_work_refuses_the_rest_and_exits_0() {
+    let mut s = probe()
+        .flag("--workers", 1)
+        .flag("--drain-timeout-ms", 10_000)
+        .start();
+    let addr = s.addr;
+    // In flight on the only worker.
+    let mut busy = s.connect();
+    busy.write_all(b"GET /probe/sleep?ms=1500 HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    // Give the worker time to pick it up.
+    std::thread::sleep(Duration::from_millis(300));
+    // Queued behind it, never started.
+    let mut queued = s.connect();
+    queued
+        .write_all(b"GET /probe/status/200?body=queued HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    // Idle keep-alive.
+    let mut idle = s.connect();
+    let _ = idle.write_all(b"");
+    std::thread::sleep(Duration::from_millis(200));
+
+    s.signal("TERM");
+    s.wait_for_log("draining: no longer accepting");
+    assert!(
+        TcpStream::connect(addr).is_err(),
+        "still accepting while draining"
+    );
+    let resp = read_response(&mut BufReader::new(queued.try_clone().unwrap()), false);
+    assert_eq!(resp.status, 503);
+    assert!(is_closed(&mut idle));
+    let resp = read_response(&mut BufReader::new(busy.try_clone().unwrap()), false);
+    assert_eq!(resp.text(), "slept 1500");
+    assert!(is_closed(&mut busy));
+    let status = s.wait_exit();
+    assert!(status.success(), "{status}");
+    assert!(
+        s.log().contains("drained: every connection finished"),
+        "{}",
+        s.log()
+    );
+}
+
+#[test]
+fn a59_drain_force_closes_at_its_deadline() {
+    let mut s = probe()
+        .flag("--workers", 1)
+        .flag("--drain-timeout-ms", 300)
+        .start();
+    let mut busy = s.connect();
+    busy.write_all(b"GET /probe/sleep?ms=20000 HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    s.signal("INT");
+    let status = s.wait_exit();
+    assert!(status.success(), "{status}");
+    assert!(read_until_closed(&mut busy).is_empty());
+    assert!(
+        s.log()
+            .contains("drain deadline passed: closed 1 connections"),
+        "{}",
+        s.log()
+    );
+}
+
+#[test]
+fn a60_the_ready_file_holds_the_listening_address() {
+    // The harness itself waits on the ready file with a wall-clock timeout; check its content
+    // against what the log says, and that the address accepts.
+    let s = probe().start();
+    let log = s.log();
+    assert!(
+        log.contains(&format!("listening on http://{}", s.addr)),
+        "{log}"
+    );
+    assert_eq!(s.get("/probe/status/200?body=up").1, "up");
+}
+
+#[test]
+fn a_thousand_slow_loris_connections_do_not_starve_a_normal_client() {
+    let s = probe()
+        .flag("--head-timeout-ms", 3000)
+        .flag("--workers", 4)
+        .start();
+    let mut slow: Vec<TcpStream> = (0..1000)
+        .map(|_| {
+            let mut c = s.connect();
+            c.write_all(b"GET /probe/status/200 HTTP/1.1\r\nHost: a\r\n")
+                .unwrap();
+            c
+        })
+        .collect();
+    // A normal client is served throughout, while the slow ones keep trickling.
+    for i in 0..40 {
+        assert_eq!(
+            s.get(&format!("/probe/status/200?body=n{i}")).1,
+            format!("n{i}")
+        );
+        if i % 10 == 0 {
+            for c in &mut slow {
+                let _ = c.write_all(b"X");
+            }
+        }
+    }
+    // Every slow connection is cut by its deadline: 408 (or a reset after it), then closed.
+    let mut cut = 0;
+    for c in &mut slow {
+        let reply = read_until_closed(c);
+        if reply.is_empty() || reply.starts_with(b"HTTP/1.1 408 ") {
+            cut += 1;
+        }
+    }
+    assert_eq!(cut, 1000);
+    assert_eq!(s.get("/probe/status/200?body=after").1, "after");
+}
+
+#[test]
+fn ten_thousand_abandoned_exchanges_leak_nothing() {
+    let s = probe().flag("--workers", 4).start();
+    // Warm up: instances exist, buffers are sized.
+    for _ in 0..20 {
+        assert_eq!(s.get("/probe/big?n=200000").0, 200);
+    }
+    let fds_before = s.open_fds();
+    let rss_before = s.rss_kib();
+    for i in 0..10_000 {
+        let mut c = s.connect();
+        let _ = match i % 3 {
+            // Mid-request: half a head.
+            0 => c.write_all(b"GET /probe/status/200 HTTP/1.1\r\nHo"),
+            // Mid-body.
+            1 => c.write_all(
+                b"POST /probe/inc HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n{\"va",
+            ),
+            // Mid-response: ask for a large body and leave.
+            _ => c.write_all(b"GET /probe/big?n=200000 HTTP/1.1\r\nHost: a\r\n\r\n"),
+        };
+    }
+    // Let the server notice every departure and finish the last handlers.
+    let started = Instant::now();
+    loop {
+        assert_eq!(s.get("/probe/status/200?body=x").1, "x");
+        if s.open_fds() <= fds_before + 2 || started.elapsed() > PATIENCE {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let fds_after = s.open_fds();
+    let rss_after = s.rss_kib();
+    assert!(
+        fds_after <= fds_before + 2,
+        "fds {fds_before} -> {fds_after}"
+    );
+    assert!(
+        rss_after < rss_before + 64 * 1024,
+        "RSS {rss_before} KiB -> {rss_after} KiB"
+    );
+}
+
+/// A hundred distinct malformed requests, each with the status it must get (0: the server may
+/// just close). After each, the connection is closed; after all, a good request is served.
+fn malformed_cases() -> Vec<(String, Vec<u8>, u16)> {
+    let mut cases: Vec<(String, Vec<u8>, u16)> = Vec::new();
+    let mut add = |name: &str, bytes: &[u8], status: u16| {
+        cases.push((name.to_owned(), bytes.to_vec(), status));
+    };
+    add("one space", b"GET /HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    add("three spaces", b"GET  / HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    add("empty method", b" / HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    add("no version", b"GET /\r\nHost: a\r\n\r\n", 400);
+    add(
+        "lowercase version",
+        b"GET / http/1.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add("http 2.0", b"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505);
+    add("http 0.9", b"GET / HTTP/0.9\r\nHost: a\r\n\r\n", 505);
+    add("http 1.2", b"GET / HTTP/1.2\r\nHost: a\r\n\r\n", 505);
+    add("http 3.0", b"GET / HTTP/3.0\r\nHost: a\r\n\r\n", 505);
+    add("junk version", b"GET / HTTP/1.1x\r\nHost: a\r\n\r\n", 400);
+    add(
+        "method with slash",
+        b"G/T / HTTP/1.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add(
+        "method with colon",
+        b"GE:T / HTTP/1.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add(
+        "relative target",
+        b"GET probe HTTP/1.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add("star for GET", b"GET * HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    add(
+        "space in target",
+        b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add("no host", b"GET / HTTP/1.1\r\n\r\n", 400);
+    add(
+        "two hosts",
+        b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        400,
+    );
+    add(
+        "space before colon",
+        b"GET / HTTP/1.1\r\nHost : a\r\n\r\n",
+        400,
+    );
+    add(
+        "tab before colon",
+        b"GET / HTTP/1.1\r\nHost\t: a\r\n\r\n",
+        400,
+    );
+    add(
+        "obs-fold",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX: b\r\n c\r\n\r\n",
+        400,
+    );
+    add(
+        "obs-fold tab",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX: b\r\n\tc\r\n\r\n",
+        400,
+    );
+    add(
+        "no colon",
+        b"GET / HTTP/1.1\r\nHost: a\r\nNoColon\r\n\r\n",
+        400,
+    );
+    add(
+        "empty name",
+        b"GET / HTTP/1.1\r\nHost: a\r\n: v\r\n\r\n",
+        400,
+    );
+    add(
+        "space in name",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX Y: v\r\n\r\n",
+        400,
+    );
+    add(
+        "bare CR in value",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX: a\rb\r\n\r\n",
+        400,
+    );
+    add(
+        "bare CR after the version",
+        b"GET / HTTP/1.1\rHost: a\r\n\r\n",
+        400,
+    );
+    add("cl and te", b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400);
+    add("te and cl", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", 400);
+    add(
+        "two cl equal",
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+        400,
+    );
+    add(
+        "two cl different",
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxx",
+        400,
+    );
+    add(
+        "cl list",
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 1\r\n\r\nx",
+        400,
+    );
+    add(
+        "cl negative",
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n",
+        400,
+    );
+    add(
+        "cl plus",
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +1\r\n\r\nx",
+        400,
+    );
+    add(
+        "cl hex",
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x10\r\n\r\n",
+        400,
+    );
+    add(
+        "cl decimal point",
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1.0\r\n\r\nx",
+        400,
+    );
+    add(
+        "cl empty",
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length:\r\n\r\n",
+        400,
+    );
+    add(
+        "cl overflow",
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 184467440737095516160\r\n\r\n",
+        400,
+    );
+    add(
+        "cl too large",
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999\r\n\r\n",
+        413,
+    );
+    add("two te", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 400);
+    add(
+        "te gzip",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n",
+        400,
+    );
+    add(
+        "te identity",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\n\r\n",
+        400,
+    );
+    add(
+        "te chunked then gzip",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+        400,
+    );
+    add(
+        "te gzip then chunked",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        501,
+    );
+    add(
+        "te chunked twice in list",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+        501,
+    );
+    add(
+        "te empty",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n\r\n",
+        400,
+    );
+    add(
+        "te in http 1.0",
+        b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        400,
+    );
+    add(
+        "expect other",
+        b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 200-ok\r\nContent-Length: 1\r\n\r\nx",
+        417,
+    );
+    add(
+        "chunk size junk",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        400,
+    );
+    add(
+        "chunk size empty",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n\r\n",
+        400,
+    );
+    add(
+        "chunk size negative",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\n",
+        400,
+    );
+    add(
+        "chunk size over i64",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n8000000000000000\r\n",
+        400,
+    );
+    add("chunk size 20 digits", b"POST / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n00000000000000000000001\r\nx\r\n0\r\n\r\n", 0);
+    add(
+        "chunk bare LF",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\nabc\r\n0\r\n\r\n",
+        400,
+    );
+    add(
+        "chunk data no crlf",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXX",
+        400,
+    );
+    add(
+        "chunk data lf only",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\n0\r\n\r\n",
+        400,
+    );
+    add(
+        "chunk ext junk",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3 x\r\nabc\r\n0\r\n\r\n",
+        400,
+    );
+    add("chunk ext ctl", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;a\x01b\r\nabc\r\n0\r\n\r\n", 400);
+    add("bad trailer", b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nnot a trailer\r\n\r\n", 400);
+    // A control character in a header value, one case per character (tab is allowed).
+    for c in (0u8..0x20).filter(|&c| c != b'\t' && c != b'\r' && c != b'\n') {
+        let mut raw = b"GET / HTTP/1.1\r\nHost: a\r\nX-Ctl: a".to_vec();
+        raw.push(c);
+        raw.extend_from_slice(b"b\r\n\r\n");
+        add(&format!("ctl {c:#04x} in value"), &raw, 400);
+    }
+    add(
+        "del in value",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x7fb\r\n\r\n",
+        400,
+    );
+    add(
+        "nul in target",
+        b"GET /a\0b HTTP/1.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add("nul in method", b"G\0T / HTTP/1.1\r\nHost: a\r\n\r\n", 400);
+    add(
+        "nul in name",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX\0: v\r\n\r\n",
+        400,
+    );
+    add(
+        "blank header line",
+        b"GET / HTTP/1.1\r\nHost: a\r\n   \r\n\r\n",
+        400,
+    );
+    add(
+        "high bit in method",
+        b"G\xc3\xa9T / HTTP/1.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add(
+        "high bit in name",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX\xff: v\r\n\r\n",
+        400,
+    );
+    add(
+        "ctl in target",
+        b"GET /a\x01b HTTP/1.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add(
+        "del in target",
+        b"GET /a\x7fb HTTP/1.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add(
+        "cr in target",
+        b"GET /a\rb HTTP/1.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add(
+        "tab in target",
+        b"GET /a\tb HTTP/1.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add(
+        "space after version",
+        b"GET / HTTP/1.1 \r\nHost: a\r\n\r\n",
+        400,
+    );
+    add(
+        "two-digit major",
+        b"GET / HTTP/11.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add(
+        "mixed-case protocol",
+        b"GET / HTTp/1.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add(
+        "two hosts in 1.0",
+        b"GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n",
+        400,
+    );
+    add(
+        "space inside cl",
+        b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1 0\r\n\r\n",
+        400,
+    );
+    add(
+        "space inside te",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chun ked\r\n\r\n",
+        400,
+    );
+    add(
+        "ftp scheme",
+        b"GET ftp://example/ HTTP/1.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add(
+        "authority form",
+        b"CONNECT example:443 HTTP/1.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add(
+        "question mark only target",
+        b"GET ? HTTP/1.1\r\nHost: a\r\n\r\n",
+        400,
+    );
+    add(
+        "expect on a body-less request",
+        b"GET / HTTP/1.1\r\nHost: a\r\nExpect: nothing\r\n\r\n",
+        417,
+    );
+    add(
+        "te with parameters",
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked;q=1\r\n\r\n",
+        400,
+    );
+    cases
+}
+
+#[test]
+fn a_hundred_malformed_requests_get_their_status_and_the_server_carries_on() {
+    let s = probe()
+        .flag("--max-body-bytes", 1_000_000)
+        .flag("--head-timeout-ms", 2000)
+        .flag("--request-timeout-ms", 2000)
+        .start();
+    let cases = malformed_cases();
+    assert!(cases.len() >= 100, "only {} cases", cases.len());
+    let mut seen = std::collections::HashSet::new();
+    for (name, raw, status) in &cases {
+        assert!(seen.insert(raw.clone()), "duplicate case {name}");
+        let mut stream = s.connect();
+        let _ = stream.write_all(raw);
+        let reply = read_until_closed(&mut stream);
+        let text = String::from_utf8_lossy(&reply);
+        if *status == 0 {
+            // Either refused or (for a syntactically odd but valid body) served; never hung.
+            assert!(
+                text.is_empty() || text.starts_with("HTTP/1.1 "),
+                "{name}: {text:?}"
+            );
+        } else {
+            assert!(
+                text.starts_with(&format!("HTTP/1.1 {status} ")),
+                "{name}: expected {status}, got {:?}",
+                text.lines().next()
+            );
+        }
+    }
+    assert_eq!(s.get("/probe/status/200?body=still").1, "still");
+}
+
+#[test]
+fn the_config_file_sets_limits_and_flags_override_it() {
+    let dir = crate::harness::TempDir::new("config");
+    let config = dir.path().join("ankh.toml");
+    std::fs::write(
+        &config,
+        "workers = 2\n[limits]\nmax_headers = 5\n[timeouts]\nidle_ms = 250\n",
+    )
+    .unwrap();
+    let s = probe()
+        .arg("--config")
+        .arg(config.to_str().unwrap())
+        .flag("--max-headers", 6)
+        .start();
+    // Flag wins: 6 headers pass, 7 get 431.
+    let ok = s.raw(b"GET /probe/status/200 HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nConnection: close\r\n\r\n");
+    assert!(ok.starts_with("HTTP/1.1 200 "), "{ok}");
+    let refused = s.raw(b"GET /probe/status/200 HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\nConnection: close\r\n\r\n");
+    assert!(refused.starts_with("HTTP/1.1 431 "), "{refused}");
+    // The file's idle timeout applies.
+    let mut idle = s.connect();
+    assert!(read_until_closed(&mut idle).is_empty());
+    assert!(s.log().contains("configuration read"));
+}
