@@ -18,6 +18,8 @@ mod responses;
 mod routing;
 // Fault containment and sandbox limits: A61-A64, A67, A72.
 mod sandbox;
+// WebSockets: handshake, framing, events, sending, topics, close, liveness: A44-A58.
+mod websocket;
 // The command line: building plugins, what serve logs.
 mod cli;
 // Hostile and broken clients, limits, timeouts, graceful drain, load and fault runs: A22-A25,

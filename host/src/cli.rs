@@ -108,6 +108,19 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MS")]
     pub drain_timeout_ms: Option<u64>,
 
+    /// Largest WebSocket message a client may send; a frame declaring more is refused with
+    /// Close 1009 before its payload is read [default: 65536].
+    #[arg(long, value_name = "BYTES")]
+    pub ws_max_message_bytes: Option<u64>,
+
+    /// Ping a WebSocket that has been silent this long [default: 30000].
+    #[arg(long, value_name = "MS")]
+    pub ws_ping_interval_ms: Option<u64>,
+
+    /// Close a pinged WebSocket that sends nothing back for this long [default: 30000].
+    #[arg(long, value_name = "MS")]
+    pub ws_pong_timeout_ms: Option<u64>,
+
     /// CPU time one handler call may use before it is stopped and the client gets 504.
     /// Time spent blocked (sleeping, waiting on I/O) does not count [default: 2000].
     #[arg(long, value_name = "MS")]
@@ -166,6 +179,9 @@ impl ServeArgs {
             request_timeout_ms: self.request_timeout_ms,
             send_timeout_ms: self.send_timeout_ms,
             drain_timeout_ms: self.drain_timeout_ms,
+            ws_max_message_bytes: self.ws_max_message_bytes,
+            ws_ping_interval_ms: self.ws_ping_interval_ms,
+            ws_pong_timeout_ms: self.ws_pong_timeout_ms,
         };
         let config = match path {
             Some(path) => {

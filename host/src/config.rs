@@ -59,6 +59,7 @@ struct FileLimits {
     memory_limit_mib: Option<Spanned<u64>>,
     max_connections: Option<Spanned<u64>>,
     max_send_buffer_bytes: Option<Spanned<u64>>,
+    ws_max_message_bytes: Option<Spanned<u64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -69,6 +70,8 @@ struct FileTimeouts {
     request_ms: Option<Spanned<u64>>,
     send_ms: Option<Spanned<u64>>,
     drain_ms: Option<Spanned<u64>>,
+    ws_ping_ms: Option<Spanned<u64>>,
+    ws_pong_ms: Option<Spanned<u64>>,
 }
 
 /// Values given as flags; `None` where the flag was not given.
@@ -92,6 +95,9 @@ pub struct Overrides {
     pub request_timeout_ms: Option<u64>,
     pub send_timeout_ms: Option<u64>,
     pub drain_timeout_ms: Option<u64>,
+    pub ws_max_message_bytes: Option<u64>,
+    pub ws_ping_interval_ms: Option<u64>,
+    pub ws_pong_timeout_ms: Option<u64>,
 }
 
 /// A bad configuration value, with where it came from.
@@ -367,6 +373,29 @@ impl ServeConfig {
             d.drain_timeout,
         )?;
 
+        let ws_max_message_bytes = number(
+            "--ws-max-message-bytes",
+            "limits.ws_max_message_bytes",
+            flags.ws_max_message_bytes,
+            l.ws_max_message_bytes.as_ref(),
+            d.ws_max_message_bytes as u64,
+            125,
+            1 << 30,
+        )?;
+        let ws_ping_interval = ms(
+            "--ws-ping-interval-ms",
+            "timeouts.ws_ping_ms",
+            flags.ws_ping_interval_ms,
+            t.ws_ping_ms.as_ref(),
+            d.ws_ping_interval,
+        )?;
+        let ws_pong_timeout = ms(
+            "--ws-pong-timeout-ms",
+            "timeouts.ws_pong_ms",
+            flags.ws_pong_timeout_ms,
+            t.ws_pong_ms.as_ref(),
+            d.ws_pong_timeout,
+        )?;
         let limits = Limits {
             max_head_bytes: max_head_bytes as usize,
             max_target_bytes: (max_target_bytes as usize).min(max_head_bytes as usize),
@@ -382,6 +411,9 @@ impl ServeConfig {
             request_timeout,
             send_timeout,
             drain_timeout,
+            ws_max_message_bytes: ws_max_message_bytes as usize,
+            ws_ping_interval,
+            ws_pong_timeout,
         };
         Ok(ServeConfig {
             listen,
@@ -418,6 +450,7 @@ impl ServeConfig {
             memory_limit_mib: usize,
             max_connections: usize,
             max_send_buffer_bytes: usize,
+            ws_max_message_bytes: usize,
         }
         #[derive(Serialize)]
         struct OutTimeouts {
@@ -426,6 +459,8 @@ impl ServeConfig {
             request_ms: u64,
             send_ms: u64,
             drain_ms: u64,
+            ws_ping_ms: u64,
+            ws_pong_ms: u64,
         }
         let l = &self.limits;
         let out = Out {
@@ -444,6 +479,7 @@ impl ServeConfig {
                 memory_limit_mib: l.guest_memory_bytes >> 20,
                 max_connections: l.max_connections,
                 max_send_buffer_bytes: l.max_send_buffer_bytes,
+                ws_max_message_bytes: l.ws_max_message_bytes,
             },
             timeouts: OutTimeouts {
                 idle_ms: l.idle_timeout.as_millis() as u64,
@@ -451,6 +487,8 @@ impl ServeConfig {
                 request_ms: l.request_timeout.as_millis() as u64,
                 send_ms: l.send_timeout.as_millis() as u64,
                 drain_ms: l.drain_timeout.as_millis() as u64,
+                ws_ping_ms: l.ws_ping_interval.as_millis() as u64,
+                ws_pong_ms: l.ws_pong_timeout.as_millis() as u64,
             },
         };
         toml::to_string(&out).unwrap_or_default()

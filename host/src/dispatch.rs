@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::job::{ConnId, Job};
+use crate::job::{ConnId, EventJob, Job, RequestJob, WsEvent, WsId};
 use crate::limits::RETRY_AFTER_SECS;
 use crate::pool::{Busy, WorkerPool};
 use crate::proto::request::RequestHead;
@@ -16,6 +16,15 @@ pub struct Immediate {
     pub status: u16,
     pub message: String,
     pub retry_after: Option<u32>,
+}
+
+/// Why an event was not handed to a worker.
+#[derive(Debug)]
+pub enum Undelivered {
+    /// The queue is full; here is the event back, try again later.
+    Busy(WsEvent),
+    /// The plugin is no longer mounted; the event was dropped.
+    Gone,
 }
 
 /// Routes requests to plugins.
@@ -35,11 +44,51 @@ impl Dispatcher {
         }
     }
 
-    /// Takes back every request no worker has started, and closes the queue.
-    pub fn shut_down(&mut self) -> Vec<(ConnId, u64)> {
-        let jobs = self.pool.take_queued();
-        self.pool.close();
-        jobs.into_iter().map(|job| (job.conn, job.seq)).collect()
+    /// Takes back every request no worker has started (the server is draining). WebSocket
+    /// events stay queued: their connections are closing and the plugin still hears of it.
+    pub fn take_unstarted_requests(&mut self) -> Vec<(ConnId, u64)> {
+        let mut unstarted = Vec::new();
+        for job in self.pool.take_queued() {
+            match *job {
+                Job::Request(r) => unstarted.push((r.conn, r.seq)),
+                Job::Event(e) => {
+                    if let Err(Busy(job)) = self.pool.submit(Box::new(Job::Event(e))) {
+                        tracing::warn!(?job, "event dropped while draining");
+                    }
+                }
+            }
+        }
+        unstarted
+    }
+
+    /// Hands an event of WebSocket `ws` to the current version of plugin `name`. When it
+    /// cannot: `Busy` gives the event back (the queue is full), `Gone` drops it (the plugin
+    /// was unmounted).
+    pub fn dispatch_event(
+        &mut self,
+        conn: ConnId,
+        ws: WsId,
+        name: &str,
+        event: WsEvent,
+    ) -> Result<(), Undelivered> {
+        let Some(plugin) = self.registry.by_name(name) else {
+            tracing::warn!(
+                plugin = name,
+                ws,
+                "WebSocket event for a plugin that is no longer mounted"
+            );
+            return Err(Undelivered::Gone);
+        };
+        let job = Box::new(Job::Event(EventJob {
+            conn,
+            ws,
+            plugin,
+            event,
+        }));
+        self.pool.submit(job).map_err(|Busy(job)| match *job {
+            Job::Event(e) => Undelivered::Busy(e.event),
+            Job::Request(_) => unreachable!("an event job was submitted"),
+        })
     }
 
     /// Requests waiting for a worker.
@@ -63,9 +112,10 @@ impl Dispatcher {
                 retry_after: None,
             });
         };
+        let name_for_log = mount.plugin.name.clone();
         let request_id = self.next_request_id;
         self.next_request_id += 1;
-        let job = Box::new(Job {
+        let job = Box::new(Job::Request(RequestJob {
             conn,
             seq,
             request_id,
@@ -74,9 +124,9 @@ impl Dispatcher {
             head,
             body,
             remote,
-        });
-        self.pool.submit(job).map_err(|Busy(job)| {
-            tracing::warn!(plugin = %job.plugin.name, "worker queue full: answering 503");
+        }));
+        self.pool.submit(job).map_err(|Busy(_)| {
+            tracing::warn!(plugin = %name_for_log, "worker queue full: answering 503");
             Immediate {
                 status: 503,
                 message: "the server is busy, try again shortly".to_owned(),

@@ -22,9 +22,16 @@ pub struct ConnId {
     pub serial: u64,
 }
 
+/// Work for a worker: a request, or an event of a WebSocket connection.
+#[derive(Debug)]
+pub enum Job {
+    Request(RequestJob),
+    Event(EventJob),
+}
+
 /// One request for a worker.
 #[derive(Debug)]
-pub struct Job {
+pub struct RequestJob {
     pub conn: ConnId,
     /// The request's position on its connection; replies for other positions are stale.
     pub seq: u64,
@@ -38,15 +45,66 @@ pub struct Job {
     pub remote: SocketAddr,
 }
 
-/// The answer to one [`Job`].
+/// One event of a WebSocket connection. The I/O thread hands a connection's events out one
+/// at a time, so they reach the plugin in order and never concurrently.
 #[derive(Debug)]
-pub struct Reply {
+pub struct EventJob {
     pub conn: ConnId,
-    pub seq: u64,
-    /// A complete response, ready for the wire.
-    pub bytes: Vec<u8>,
-    /// Close the connection once `bytes` are written.
-    pub close: bool,
+    pub ws: WsId,
+    /// The plugin's current version: after a reload, events go to the new one.
+    pub plugin: Arc<Plugin>,
+    pub event: WsEvent,
+}
+
+/// Identifies a WebSocket connection for plugins. Never reused by a running host.
+pub type WsId = u64;
+
+/// A complete WebSocket data message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WsMessage {
+    Text(String),
+    Binary(Vec<u8>),
+}
+
+/// What happened on a WebSocket connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WsEvent {
+    Message(WsMessage),
+    /// The connection ended; `clean` when the closing handshake completed.
+    Close {
+        code: u16,
+        reason: String,
+        clean: bool,
+    },
+}
+
+/// What a worker hands back to the I/O thread.
+#[derive(Debug)]
+pub enum Reply {
+    /// The response to request `seq` of `conn`.
+    Response {
+        conn: ConnId,
+        seq: u64,
+        /// A complete response, ready for the wire.
+        bytes: Vec<u8>,
+        /// Close the connection once `bytes` are written.
+        close: bool,
+    },
+    /// Request `seq` of `conn` was accepted as a WebSocket: write `bytes` (the 101), then speak
+    /// WebSocket. The plugin's open event is already running; `EventDone` follows it.
+    Upgrade {
+        conn: ConnId,
+        seq: u64,
+        bytes: Vec<u8>,
+        ws: WsId,
+        plugin: Arc<str>,
+    },
+    /// The event handed out for `ws` finished; the next one may go.
+    EventDone { conn: ConnId, ws: WsId },
+    /// A plugin sends a message on `ws`.
+    Send { ws: WsId, message: WsMessage },
+    /// A plugin closes `ws`.
+    Close { ws: WsId, code: u16, reason: String },
 }
 
 /// The sending half of the reply queue. Cloned into every worker.

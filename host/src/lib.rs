@@ -19,6 +19,7 @@ pub mod limits;
 pub mod proto;
 
 // What crosses threads.
+pub mod hub;
 pub mod job;
 
 // The wasm side.

@@ -92,6 +92,29 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// that the response is not destroyed by a reset.
 pub const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Largest WebSocket message a client may send, in bytes; a frame declaring more is refused
+/// with Close 1009 as soon as its length is read, before its payload is buffered.
+pub const WS_MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// A WebSocket connection silent for this long is pinged.
+pub const WS_PING_INTERVAL: Duration = Duration::from_secs(30);
+
+/// A pinged WebSocket connection that sends nothing back for this long is closed.
+pub const WS_PONG_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// After a Close frame is sent, how long the peer has to answer before TCP is closed anyway.
+pub const WS_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Events of one WebSocket connection waiting for the plugin; past this the host stops reading
+/// from that connection until the plugin catches up (back-pressure on the client).
+pub const WS_MAX_QUEUED_EVENTS: usize = 64;
+
+/// Longest topic name, in bytes.
+pub const WS_MAX_TOPIC_BYTES: usize = 256;
+
+/// Most topics one connection may subscribe to.
+pub const WS_MAX_TOPICS_PER_CONNECTION: usize = 64;
+
 /// The limits in force, with the constants above as defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
@@ -123,6 +146,12 @@ pub struct Limits {
     pub send_timeout: Duration,
     /// See [`DRAIN_TIMEOUT`].
     pub drain_timeout: Duration,
+    /// See [`WS_MAX_MESSAGE_BYTES`].
+    pub ws_max_message_bytes: usize,
+    /// See [`WS_PING_INTERVAL`].
+    pub ws_ping_interval: Duration,
+    /// See [`WS_PONG_TIMEOUT`].
+    pub ws_pong_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -142,6 +171,9 @@ impl Default for Limits {
             request_timeout: REQUEST_TIMEOUT,
             send_timeout: SEND_TIMEOUT,
             drain_timeout: DRAIN_TIMEOUT,
+            ws_max_message_bytes: WS_MAX_MESSAGE_BYTES,
+            ws_ping_interval: WS_PING_INTERVAL,
+            ws_pong_timeout: WS_PONG_TIMEOUT,
         }
     }
 }

@@ -7,6 +7,7 @@ use anyhow::{Context, bail};
 
 use crate::config::ServeConfig;
 use crate::dispatch::Dispatcher;
+use crate::hub::Hub;
 use crate::job::reply_channel;
 use crate::loader::{self, Loaded};
 use crate::net::event_loop::{Ended, EventLoop, StopHandle};
@@ -76,8 +77,14 @@ impl Server {
         let (reply_tx, reply_rx) = reply_channel(Arc::new(move || {
             let _ = wake.wake();
         }));
-        let pool = WorkerPool::new(config.workers, config.limits.queue_depth, reply_tx)
-            .context("cannot start worker threads")?;
+        let hub = Arc::new(Hub::default());
+        let pool = WorkerPool::new(
+            config.workers,
+            config.limits.queue_depth,
+            reply_tx,
+            hub.clone(),
+        )
+        .context("cannot start worker threads")?;
         let dispatcher = Dispatcher::new(registry.clone(), pool);
         let (event_loop, stop) = EventLoop::new(
             poll,
@@ -86,6 +93,7 @@ impl Server {
             dispatcher,
             reply_rx,
             config.limits.clone(),
+            hub,
         )?;
         Ok(Server {
             local_addr,

@@ -20,8 +20,10 @@ use std::net::{Shutdown, SocketAddr};
 use std::time::Instant;
 
 use super::io::{Step, read_some, write_some};
-use crate::dispatch::{Dispatcher, Immediate};
-use crate::job::{ConnId, Reply};
+use super::ws::WsConn;
+use crate::dispatch::{Dispatcher, Immediate, Undelivered};
+use crate::hub::Hub;
+use crate::job::{ConnId, WsId, WsMessage};
 use crate::limits::{LINGER_TIMEOUT, Limits, READ_CHUNK_BYTES};
 use crate::proto::body::BodyDecoder;
 use crate::proto::request::{self, Framing, RequestHead};
@@ -66,12 +68,15 @@ enum State {
     /// Our side is shut down; reading and discarding until the client closes, so that the
     /// response is not destroyed by a reset.
     Lingering { since: Instant, discarded: usize },
+    /// Upgraded: speaking WebSocket.
+    WebSocket(Box<WsConn>),
 }
 
 /// What the connection needs from the rest of the host while it advances.
 pub struct Ctx<'a> {
     pub dispatcher: &'a mut Dispatcher,
     pub limits: &'a Limits,
+    pub hub: &'a Hub,
     /// The server is draining: no new request is dispatched, and connections close after
     /// their in-flight response.
     pub draining: bool,
@@ -119,14 +124,14 @@ impl<S: Transport> Conn<S> {
         self.advance(ctx)
     }
 
-    /// A worker answered a request of this connection.
-    pub fn on_reply(&mut self, reply: Reply, ctx: &mut Ctx<'_>) -> Liveness {
-        if !matches!(self.state, State::Waiting) || reply.seq != self.seq {
-            tracing::debug!(conn = ?self.id, seq = reply.seq, "stale reply dropped");
+    /// A worker answered request `seq` of this connection.
+    pub fn on_reply(&mut self, seq: u64, bytes: &[u8], close: bool, ctx: &mut Ctx<'_>) -> Liveness {
+        if !matches!(self.state, State::Waiting) || seq != self.seq {
+            tracing::debug!(conn = ?self.id, seq, "stale reply dropped");
             return Liveness::Open;
         }
         let backlog = self.wbuf.len() - self.wpos;
-        if backlog > 0 && backlog + reply.bytes.len() > ctx.limits.max_send_buffer_bytes {
+        if backlog > 0 && backlog + bytes.len() > ctx.limits.max_send_buffer_bytes {
             tracing::warn!(
                 conn = ?self.id,
                 peer = %self.peer,
@@ -135,13 +140,98 @@ impl<S: Transport> Conn<S> {
             );
             return Liveness::Closed;
         }
-        self.queue_output(&reply.bytes);
+        self.queue_output(bytes);
         self.seq += 1;
-        self.state = if reply.close || ctx.draining {
+        self.state = if close || ctx.draining {
             State::Closing
         } else {
             State::Head
         };
+        self.advance(ctx)
+    }
+
+    /// Request `seq` was accepted as WebSocket `ws`: write the 101, then speak WebSocket. The
+    /// open event is already running on a worker.
+    pub fn on_upgrade(
+        &mut self,
+        seq: u64,
+        bytes: &[u8],
+        ws: WsId,
+        plugin: std::sync::Arc<str>,
+        ctx: &mut Ctx<'_>,
+    ) -> Liveness {
+        if !matches!(self.state, State::Waiting) || seq != self.seq {
+            // The client left before its upgrade: tell the plugin the connection is gone.
+            ctx.hub.closed(ws);
+            return Liveness::Open;
+        }
+        self.queue_output(bytes);
+        self.seq += 1;
+        let mut conn = WsConn::new(ws, plugin, ctx.limits, Instant::now());
+        if ctx.draining {
+            self.compact();
+            conn.close(
+                1001,
+                "server shutting down",
+                &mut self.rbuf,
+                &mut self.wbuf,
+                Instant::now(),
+            );
+        }
+        self.state = State::WebSocket(Box::new(conn));
+        self.advance(ctx)
+    }
+
+    /// The WebSocket id of this connection, once upgraded.
+    pub fn ws_id(&self) -> Option<WsId> {
+        match &self.state {
+            State::WebSocket(ws) => Some(ws.id),
+            _ => None,
+        }
+    }
+
+    /// The event handed out for this WebSocket finished.
+    pub fn on_event_done(&mut self, ctx: &mut Ctx<'_>) -> Liveness {
+        if let State::WebSocket(ws) = &mut self.state {
+            ws.event_done();
+        }
+        self.advance(ctx)
+    }
+
+    /// A plugin sends a message on this WebSocket.
+    pub fn on_ws_send(&mut self, message: WsMessage, ctx: &mut Ctx<'_>) -> Liveness {
+        let backlog = self.wbuf.len() - self.wpos;
+        self.compact();
+        let State::WebSocket(ws) = &mut self.state else {
+            return Liveness::Open;
+        };
+        if backlog > ctx.limits.max_send_buffer_bytes {
+            tracing::warn!(ws = ws.id, peer = %self.peer, backlog, "closing a WebSocket that does not read (1008)");
+            ws.close(
+                1008,
+                "not reading",
+                &mut self.rbuf,
+                &mut self.wbuf,
+                Instant::now(),
+            );
+            ws.peer_gone();
+            ctx.hub.closed(ws.id);
+        } else {
+            ws.send(message, &mut self.rbuf, &mut self.wbuf);
+        }
+        if backlog == 0 {
+            self.write_progress = Instant::now();
+        }
+        self.advance(ctx)
+    }
+
+    /// A plugin closes this WebSocket.
+    pub fn on_ws_close(&mut self, code: u16, reason: &str, ctx: &mut Ctx<'_>) -> Liveness {
+        self.compact();
+        if let State::WebSocket(ws) = &mut self.state {
+            ws.close(code, reason, &mut self.rbuf, &mut self.wbuf, Instant::now());
+            self.write_progress = Instant::now();
+        }
         self.advance(ctx)
     }
 
@@ -164,6 +254,9 @@ impl<S: Transport> Conn<S> {
     pub fn on_drain(&mut self, ctx: &mut Ctx<'_>) -> Liveness {
         if matches!(self.state, State::Head) && self.rbuf.is_empty() && !self.pending_output() {
             return Liveness::Closed;
+        }
+        if matches!(self.state, State::WebSocket(_)) {
+            return self.on_ws_close(1001, "server shutting down", ctx);
         }
         self.advance(ctx)
     }
@@ -204,6 +297,13 @@ impl<S: Transport> Conn<S> {
                     return self.advance(ctx);
                 }
             }
+            State::WebSocket(ref mut ws) => {
+                self.wbuf.drain(..self.wpos);
+                self.wpos = 0;
+                if ws.on_timer(now, &mut self.rbuf, &mut self.wbuf) {
+                    return self.advance(ctx);
+                }
+            }
             State::Waiting | State::Closing => {}
         }
         Liveness::Open
@@ -217,6 +317,9 @@ impl<S: Transport> Conn<S> {
     }
 
     fn advance_inner(&mut self, ctx: &mut Ctx<'_>) -> Liveness {
+        if matches!(self.state, State::WebSocket(_)) {
+            return self.advance_ws(ctx);
+        }
         loop {
             if let Err(e) = self.flush() {
                 tracing::debug!(conn = ?self.id, "write failed: {e}");
@@ -242,7 +345,7 @@ impl<S: Transport> Conn<S> {
                     return Liveness::Closed;
                 }
                 State::Head | State::Body { .. } | State::Lingering { .. } => {}
-                State::Waiting => return Liveness::Open,
+                State::Waiting | State::WebSocket(_) => return Liveness::Open,
                 State::Closing => {
                     if self.pending_output() {
                         return Liveness::Open;
@@ -275,6 +378,109 @@ impl<S: Transport> Conn<S> {
         }
     }
 
+    /// The WebSocket loop: write, read frames, hand out events, until blocked.
+    fn advance_ws(&mut self, ctx: &mut Ctx<'_>) -> Liveness {
+        let liveness = self.advance_ws_inner(ctx);
+        // What reading produced (pongs, close echoes, failure closes) goes out now.
+        if liveness == Liveness::Open
+            && self.pending_output()
+            && let Err(e) = self.flush()
+        {
+            tracing::debug!(conn = ?self.id, "write failed: {e}");
+            self.eof = true;
+            if let State::WebSocket(ws) = &mut self.state {
+                ws.peer_gone();
+            }
+            return self.advance_ws_inner(ctx);
+        }
+        liveness
+    }
+
+    fn advance_ws_inner(&mut self, ctx: &mut Ctx<'_>) -> Liveness {
+        loop {
+            if let Err(e) = self.flush() {
+                tracing::debug!(conn = ?self.id, "write failed: {e}");
+                if let State::WebSocket(ws) = &mut self.state {
+                    ws.peer_gone();
+                }
+                self.eof = true;
+            }
+            let State::WebSocket(ws) = &mut self.state else {
+                unreachable!("advance_ws runs on WebSocket connections");
+            };
+            if ws.wants_input() {
+                self.wbuf.drain(..self.wpos);
+                self.wpos = 0;
+                let had_output = !self.wbuf.is_empty();
+                ws.read_frames(&mut self.rbuf, &mut self.wbuf, Instant::now());
+                if !had_output && !self.wbuf.is_empty() {
+                    self.write_progress = Instant::now();
+                }
+            }
+            if ws.closing() {
+                ctx.hub.closed(ws.id);
+            }
+            // Hand the next event to a worker, if none is running.
+            if let Some(event) = ws.next_event() {
+                match ctx
+                    .dispatcher
+                    .dispatch_event(self.id, ws.id, &ws.plugin, event)
+                {
+                    Ok(()) => {}
+                    Err(Undelivered::Busy(event)) => ws.undo_next(event),
+                    Err(Undelivered::Gone) => ws.event_done(),
+                }
+            }
+            let output_pending = self.wpos < self.wbuf.len();
+            if ws.finished() {
+                if output_pending && !self.eof {
+                    // Try to write it now; come back when the socket takes more.
+                    match self.flush() {
+                        Ok(()) if self.wpos < self.wbuf.len() => return Liveness::Open,
+                        Ok(()) => continue,
+                        Err(_) => {
+                            self.eof = true;
+                            continue;
+                        }
+                    }
+                }
+                if !self.eof {
+                    self.stream.shutdown_write();
+                    self.eof = true;
+                }
+                return if ws.done() {
+                    Liveness::Closed
+                } else {
+                    Liveness::Open
+                };
+            }
+            if self.eof {
+                ws.peer_gone();
+                continue;
+            }
+            if !ws.wants_input() {
+                return Liveness::Open;
+            }
+            match self.read() {
+                Ok(Step::Moved(_)) => {}
+                Ok(Step::WouldBlock) => {
+                    if self.rbuf.is_empty() {
+                        return Liveness::Open;
+                    }
+                }
+                Ok(Step::Eof) | Err(_) => self.eof = true,
+            }
+        }
+    }
+
+    /// Drops output that was already written, so the buffer holds only the backlog.
+    fn compact(&mut self) {
+        if self.wpos > 0 {
+            self.wbuf.drain(..self.wpos);
+            self.wpos = 0;
+        }
+    }
+
     /// Starts and stops the idle and request clocks as the state changes.
     fn update_clocks(&mut self, now: Instant) {
         match self.state {
@@ -286,7 +492,7 @@ impl<S: Transport> Conn<S> {
                 self.idle_since = None;
                 self.request_since.get_or_insert(now);
             }
-            State::Waiting | State::Closing | State::Lingering { .. } => {
+            State::Waiting | State::Closing | State::Lingering { .. } | State::WebSocket(_) => {
                 self.idle_since = None;
                 self.request_since = None;
             }
@@ -296,7 +502,7 @@ impl<S: Transport> Conn<S> {
     /// One step of protocol work on buffered input. Returns whether anything changed.
     fn process(&mut self, ctx: &mut Ctx<'_>) -> Result<bool, ProtoError> {
         match &mut self.state {
-            State::Waiting | State::Closing => Ok(false),
+            State::Waiting | State::Closing | State::WebSocket(_) => Ok(false),
             State::Lingering { discarded, .. } => {
                 *discarded += self.rbuf.len();
                 self.rbuf.clear();
@@ -433,11 +639,7 @@ impl<S: Transport> Conn<S> {
         if !self.pending_output() {
             self.write_progress = Instant::now();
         }
-        // Drop what was already written, so the buffer holds only the backlog.
-        if self.wpos > 0 {
-            self.wbuf.drain(..self.wpos);
-            self.wpos = 0;
-        }
+        self.compact();
         self.wbuf.extend_from_slice(bytes);
     }
 

@@ -14,9 +14,12 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
+use std::collections::HashMap;
+
 use super::conn::{Conn, Ctx, Liveness};
 use crate::dispatch::Dispatcher;
-use crate::job::{ConnId, ReplyRx};
+use crate::hub::Hub;
+use crate::job::{ConnId, Reply, ReplyRx, WsId};
 use crate::limits::Limits;
 
 const LISTENER: Token = Token(usize::MAX - 1);
@@ -46,6 +49,9 @@ pub struct EventLoop {
     dispatcher: Dispatcher,
     replies: ReplyRx,
     limits: Limits,
+    hub: Arc<Hub>,
+    /// Where each open WebSocket lives, for messages from plugins.
+    websockets: HashMap<WsId, ConnId>,
     command: Arc<AtomicU8>,
     /// Set once draining: when everything still open is closed regardless.
     drain_deadline: Option<Instant>,
@@ -108,6 +114,7 @@ impl EventLoop {
         dispatcher: Dispatcher,
         replies: ReplyRx,
         limits: Limits,
+        hub: Arc<Hub>,
     ) -> io::Result<(EventLoop, StopHandle)> {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
@@ -125,6 +132,8 @@ impl EventLoop {
                 dispatcher,
                 replies,
                 limits,
+                hub,
+                websockets: HashMap::new(),
                 command,
                 drain_deadline: None,
                 accept_retry_at: None,
@@ -188,6 +197,7 @@ impl EventLoop {
         let mut ctx = Ctx {
             dispatcher: &mut self.dispatcher,
             limits: &self.limits,
+            hub: &self.hub,
             draining: self.drain_deadline.is_some(),
         };
         let Some(conn) = self.conns.get_mut(slot) else {
@@ -260,8 +270,47 @@ impl EventLoop {
     fn deliver_replies(&mut self) {
         let replies: Vec<_> = self.replies.drain().collect();
         for reply in replies {
-            let id = reply.conn;
-            self.drive(id.slot, Some(id), |conn, ctx| conn.on_reply(reply, ctx));
+            match reply {
+                Reply::Response {
+                    conn,
+                    seq,
+                    bytes,
+                    close,
+                } => self.drive(conn.slot, Some(conn), |c, ctx| {
+                    c.on_reply(seq, &bytes, close, ctx)
+                }),
+                Reply::Upgrade {
+                    conn,
+                    seq,
+                    bytes,
+                    ws,
+                    plugin,
+                } => {
+                    self.websockets.insert(ws, conn);
+                    if self.conns.get(conn.slot).is_none_or(|c| c.id != conn) {
+                        self.websockets.remove(&ws);
+                        self.hub.closed(ws);
+                    }
+                    self.drive(conn.slot, Some(conn), |c, ctx| {
+                        c.on_upgrade(seq, &bytes, ws, plugin, ctx)
+                    });
+                }
+                Reply::EventDone { conn, .. } => {
+                    self.drive(conn.slot, Some(conn), |c, ctx| c.on_event_done(ctx));
+                }
+                Reply::Send { ws, message } => {
+                    if let Some(&conn) = self.websockets.get(&ws) {
+                        self.drive(conn.slot, Some(conn), |c, ctx| c.on_ws_send(message, ctx));
+                    }
+                }
+                Reply::Close { ws, code, reason } => {
+                    if let Some(&conn) = self.websockets.get(&ws) {
+                        self.drive(conn.slot, Some(conn), |c, ctx| {
+                            c.on_ws_close(code, &reason, ctx)
+                        });
+                    }
+                }
+            }
         }
     }
 
@@ -282,7 +331,7 @@ impl EventLoop {
         if let Some(mut listener) = self.listener.take() {
             let _ = self.poll.registry().deregister(&mut listener);
         }
-        let unstarted = self.dispatcher.shut_down();
+        let unstarted = self.dispatcher.take_unstarted_requests();
         tracing::info!(
             connections = self.conns.len(),
             unstarted = unstarted.len(),
@@ -304,6 +353,10 @@ impl EventLoop {
 
     fn close(&mut self, slot: usize) {
         let mut conn = self.conns.remove(slot);
+        if let Some(ws) = conn.ws_id() {
+            self.websockets.remove(&ws);
+            self.hub.closed(ws);
+        }
         let _ = self.poll.registry().deregister(&mut conn.stream);
     }
 }

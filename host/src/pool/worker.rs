@@ -1,5 +1,5 @@
 //! One worker thread: take a job, find or create this worker's instance of the plugin, call it,
-//! send the response. Nothing a plugin does can end this loop.
+//! send back what came of it. Nothing a plugin does can end this loop.
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -7,14 +7,21 @@ use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
 
-use crate::job::{Job, ReplyTx};
-use crate::proto::{Version, header};
+use crate::hub::Hub;
+use crate::job::{EventJob, Job, Reply, ReplyTx, RequestJob};
+use crate::proto::{Version, header, ws};
 use crate::runtime::bindings::types;
 use crate::runtime::call::{CallContext, Origin};
-use crate::runtime::instance::Instance;
+use crate::runtime::instance::{Failure, Instance};
+use crate::runtime::plugin::Plugin;
+use crate::runtime::state::WsLink;
+
+/// Close code for a WebSocket whose plugin failed while handling one of its events.
+const CLOSE_INTERNAL_ERROR: u16 = 1011;
 
 pub(super) struct Worker {
     reply: ReplyTx,
+    hub: Arc<Hub>,
     /// This worker's instance of each plugin it has served, by plugin name.
     instances: HashMap<Arc<str>, Instance>,
     /// Reused for encoding responses.
@@ -22,9 +29,10 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    pub(super) fn new(reply: ReplyTx) -> Self {
+    pub(super) fn new(reply: ReplyTx, hub: Arc<Hub>) -> Self {
         Worker {
             reply,
+            hub,
             instances: HashMap::new(),
             buf: Vec::with_capacity(4096),
         }
@@ -32,55 +40,86 @@ impl Worker {
 
     pub(super) fn run(mut self, rx: Receiver<Box<Job>>) {
         while let Ok(job) = rx.recv() {
-            let origin = origin(&job);
-            let plugin = job.plugin.name.clone();
-            if catch_unwind(AssertUnwindSafe(|| self.serve(*job))).is_err() {
-                // A bug in the host, not in the plugin: answer, forget the instance, carry on.
-                tracing::error!(%plugin, "worker panicked while serving a request");
-                self.instances.remove(&plugin);
-                let mut call = CallContext::new(origin, plugin, self.reply.clone(), Vec::new());
-                call.respond_error(500, "internal error in the ankh host");
+            match *job {
+                Job::Request(job) => {
+                    let origin = origin(&job);
+                    let plugin = job.plugin.name.clone();
+                    if catch_unwind(AssertUnwindSafe(|| self.serve(job))).is_err() {
+                        // A bug in the host, not in the plugin: answer, forget the instance.
+                        tracing::error!(%plugin, "worker panicked while serving a request");
+                        self.instances.remove(&plugin);
+                        let mut call =
+                            CallContext::new(origin, plugin, self.reply.clone(), Vec::new());
+                        call.respond_error(500, "internal error in the ankh host");
+                    }
+                }
+                Job::Event(job) => {
+                    let (conn, ws) = (job.conn, job.ws);
+                    let plugin = job.plugin.name.clone();
+                    if catch_unwind(AssertUnwindSafe(|| self.deliver(job))).is_err() {
+                        tracing::error!(%plugin, ws, "worker panicked while delivering an event");
+                        self.instances.remove(&plugin);
+                        self.reply.send(Reply::EventDone { conn, ws });
+                    }
+                }
             }
         }
     }
 
-    fn serve(&mut self, job: Job) {
-        let origin = origin(&job);
-        let plugin = job.plugin.clone();
-        let buf = std::mem::take(&mut self.buf);
-        let mut call = CallContext::new(origin, plugin.name.clone(), self.reply.clone(), buf);
-
-        // Reuse this worker's instance unless it belongs to an older version of the plugin.
+    /// This worker's instance of `plugin`, created (or replaced, for a newer version) on demand.
+    fn instance(&mut self, plugin: &Arc<Plugin>) -> wasmtime::Result<&mut Instance> {
         let stale = self
             .instances
             .get(&plugin.name)
-            .is_some_and(|i| !Arc::ptr_eq(&i.plugin, &plugin));
+            .is_some_and(|i| !Arc::ptr_eq(&i.plugin, plugin));
         if stale {
             self.instances.remove(&plugin.name);
         }
         if !self.instances.contains_key(&plugin.name) {
-            match Instance::new(plugin.clone()) {
-                Ok(instance) => {
-                    self.instances.insert(plugin.name.clone(), instance);
-                }
-                Err(e) => {
-                    tracing::error!(
-                        plugin = %plugin.name,
-                        request = %format_args!("{:016x}", job.request_id),
-                        "cannot instantiate: {e:?}"
-                    );
-                    let message = call.error_message("could not be instantiated");
-                    call.respond_error(500, &message);
-                    self.buf = call.into_buffer();
-                    return;
-                }
-            }
+            let link = WsLink {
+                hub: self.hub.clone(),
+                reply: self.reply.clone(),
+            };
+            let instance = Instance::new(plugin.clone(), link)?;
+            self.instances.insert(plugin.name.clone(), instance);
         }
-        let instance = self
+        Ok(self
             .instances
             .get_mut(&plugin.name)
-            .expect("instance was just ensured");
+            .expect("instance was just ensured"))
+    }
 
+    /// Logs a failed call and forgets the instance that failed.
+    fn discard(&mut self, plugin: &Plugin, failure: &Failure, context: &str) {
+        self.instances.remove(&plugin.name);
+        tracing::error!(
+            plugin = %plugin.name,
+            "plugin `{}` {} ({context}); instance discarded\n{}",
+            plugin.name,
+            failure.error,
+            failure.report
+        );
+    }
+
+    fn serve(&mut self, job: RequestJob) {
+        let origin = origin(&job);
+        let plugin = job.plugin.clone();
+        let buf = std::mem::take(&mut self.buf);
+        let mut call = CallContext::new(origin, plugin.name.clone(), self.reply.clone(), buf);
+        let instance = match self.instance(&plugin) {
+            Ok(instance) => instance,
+            Err(e) => {
+                tracing::error!(
+                    plugin = %plugin.name,
+                    request = %format_args!("{:016x}", job.request_id),
+                    "cannot instantiate: {e:?}"
+                );
+                let message = call.error_message("could not be instantiated");
+                call.respond_error(500, &message);
+                self.buf = call.into_buffer();
+                return;
+            }
+        };
         let request = to_wit(job);
         let (result, mut call) = instance.handle_request(&request, call);
         match result {
@@ -104,32 +143,133 @@ impl Worker {
                     call.respond_error(500, &message);
                 }
             }
-            Ok(types::Outcome::Upgrade(_)) => {
-                let message = call.error_message(
-                    "asked for a WebSocket upgrade, which this host does not serve yet",
-                );
-                call.respond_error(501, &message);
+            Ok(types::Outcome::Upgrade(upgrade)) => {
+                self.upgrade(&plugin, &request, upgrade, &mut call);
             }
             Err(failure) => {
-                self.instances.remove(&plugin.name);
-                tracing::error!(
-                    plugin = %plugin.name,
-                    request = %format_args!("{:016x}", call.request_id),
-                    "plugin `{}` {} (request {:016x}); instance discarded\n{}",
-                    plugin.name,
-                    failure.error,
-                    call.request_id,
-                    failure.report
-                );
+                let context = format!("request {:016x}", call.request_id);
+                self.discard(&plugin, &failure, &context);
                 let message = call.error_message(&failure.error.to_string());
                 call.respond_error(failure.error.status(), &message);
             }
         }
         self.buf = call.into_buffer();
     }
+
+    /// The handler accepted a WebSocket: check the handshake, switch the connection, and run
+    /// the open event right here, before any other event of the connection can start.
+    fn upgrade(
+        &mut self,
+        plugin: &Arc<Plugin>,
+        request: &types::Request,
+        upgrade: types::Upgrade,
+        call: &mut CallContext,
+    ) {
+        if call.responded() {
+            tracing::warn!(plugin = %plugin.name, "upgrade refused: the request was already answered");
+            return;
+        }
+        let headers: Vec<_> = request
+            .headers
+            .iter()
+            .map(|h| (h.name.clone(), h.value.clone()))
+            .collect();
+        let accept = match ws::accept_key(&request.method, &headers) {
+            Ok(accept) => accept,
+            Err(refusal) => {
+                let extra: &[(&str, &str)] = if refusal.needs_version_header {
+                    &[("sec-websocket-version", "13")]
+                } else {
+                    &[]
+                };
+                call.respond_error_with(refusal.status, extra, refusal.message);
+                return;
+            }
+        };
+        let offered = ws::offered_protocols(&headers);
+        let protocol = upgrade.protocol.filter(|p| {
+            let ok = offered.iter().any(|o| o == p);
+            if !ok {
+                tracing::warn!(plugin = %plugin.name, protocol = %p, "the plugin chose a subprotocol the client did not offer; omitted");
+            }
+            ok
+        });
+        let extra: Vec<_> = upgrade
+            .headers
+            .into_iter()
+            .filter(|h| {
+                !h.value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0)
+                    && !h.name.is_empty()
+                    && h.name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
+            })
+            .map(|h| (h.name, h.value))
+            .collect();
+        let bytes = ws::switching_protocols(&accept, protocol.as_deref(), &extra);
+        let ws_id = self.hub.open();
+        let (conn, seq) = call.conn();
+        call.mark_upgraded();
+        self.reply.send(Reply::Upgrade {
+            conn,
+            seq,
+            bytes,
+            ws: ws_id,
+            plugin: plugin.name.clone(),
+        });
+        // The instance that accepted is the one that opens.
+        if let Some(instance) = self.instances.get_mut(&plugin.name)
+            && let Err(failure) = instance.on_open(ws_id, request)
+        {
+            self.discard(
+                plugin,
+                &failure,
+                &format!("open event of WebSocket {ws_id}"),
+            );
+            self.reply.send(Reply::Close {
+                ws: ws_id,
+                code: CLOSE_INTERNAL_ERROR,
+                reason: "plugin failed".to_owned(),
+            });
+        }
+        self.reply.send(Reply::EventDone { conn, ws: ws_id });
+    }
+
+    fn deliver(&mut self, job: EventJob) {
+        let EventJob {
+            conn,
+            ws,
+            plugin,
+            event,
+        } = job;
+        let closing = matches!(event, crate::job::WsEvent::Close { .. });
+        match self.instance(&plugin) {
+            Ok(instance) => {
+                if let Err(failure) = instance.on_event(ws, event) {
+                    self.discard(&plugin, &failure, &format!("event of WebSocket {ws}"));
+                    if !closing {
+                        self.reply.send(Reply::Close {
+                            ws,
+                            code: CLOSE_INTERNAL_ERROR,
+                            reason: "plugin failed".to_owned(),
+                        });
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(plugin = %plugin.name, ws, "cannot instantiate: {e:?}");
+                if !closing {
+                    self.reply.send(Reply::Close {
+                        ws,
+                        code: CLOSE_INTERNAL_ERROR,
+                        reason: "plugin unavailable".to_owned(),
+                    });
+                }
+            }
+        }
+        self.reply.send(Reply::EventDone { conn, ws });
+    }
 }
 
-fn origin(job: &Job) -> Origin {
+fn origin(job: &RequestJob) -> Origin {
     Origin {
         conn: job.conn,
         seq: job.seq,
@@ -142,7 +282,7 @@ fn origin(job: &Job) -> Origin {
 }
 
 /// The WIT view of a request. Moves the headers and body, no copies.
-fn to_wit(job: Job) -> types::Request {
+fn to_wit(job: RequestJob) -> types::Request {
     types::Request {
         id: format!("{:016x}", job.request_id),
         method: job.head.method,

@@ -12,6 +12,7 @@ pub mod encoding;
 pub mod error;
 pub mod request;
 pub mod response;
+pub mod ws;
 
 pub use error::ProtoError;
 

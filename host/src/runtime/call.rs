@@ -74,6 +74,28 @@ impl CallContext {
         self.responded
     }
 
+    /// Where the answer goes.
+    pub fn conn(&self) -> (ConnId, u64) {
+        (self.conn, self.seq)
+    }
+
+    /// Marks the request answered by a switch to WebSocket, sent by the caller.
+    pub fn mark_upgraded(&mut self) {
+        self.responded = true;
+    }
+
+    /// Sends a host-made response with extra headers (a WebSocket refusal), unless one was
+    /// sent already.
+    pub fn respond_error_with(&mut self, status: u16, extra: &[(&str, &str)], message: &str) {
+        if self.responded {
+            return;
+        }
+        let mut out = std::mem::take(&mut self.buf);
+        out.clear();
+        let keep_alive = response::encode_simple(status, extra, message, &self.meta(), &mut out);
+        self.send(out, keep_alive);
+    }
+
     /// Takes back the encoding buffer for reuse.
     pub fn into_buffer(self) -> Vec<u8> {
         self.buf
@@ -149,7 +171,7 @@ impl CallContext {
         // The reply takes the bytes; the next response gets a fresh buffer with the same
         // capacity, so the worker's steady state allocates one buffer per response at most.
         self.buf = Vec::with_capacity(bytes.capacity().min(64 * 1024));
-        self.reply.send(Reply {
+        self.reply.send(Reply::Response {
             conn: self.conn,
             seq: self.seq,
             bytes,

@@ -12,7 +12,8 @@ use wasmtime::{Store, Trap};
 use super::bindings::{self, types};
 use super::call::CallContext;
 use super::plugin::Plugin;
-use super::state::HostState;
+use super::state::{HostState, WsLink};
+use crate::job::{WsEvent, WsId, WsMessage};
 
 /// One instance of one plugin version.
 pub struct Instance {
@@ -55,8 +56,8 @@ pub struct Failure {
 }
 
 impl Instance {
-    pub fn new(plugin: Arc<Plugin>) -> wasmtime::Result<Instance> {
-        let (store, bindings) = plugin.new_store_and_instantiate()?;
+    pub fn new(plugin: Arc<Plugin>, ws: WsLink) -> wasmtime::Result<Instance> {
+        let (store, bindings) = plugin.new_store_and_instantiate(Some(ws))?;
         Ok(Instance {
             plugin,
             store,
@@ -89,6 +90,53 @@ impl Instance {
             .take()
             .expect("call context is restored after the call");
         (result.map_err(|e| self.classify(e)), call)
+    }
+
+    /// Delivers the open event of WebSocket `ws`, with the request that asked for it.
+    pub fn on_open(&mut self, ws: WsId, request: &types::Request) -> Result<(), Failure> {
+        self.arm();
+        let result = self.bindings.ankh_plugin_websocket_handler().call_on_open(
+            &mut self.store,
+            ws,
+            request,
+        );
+        result.map_err(|e| self.classify(e))
+    }
+
+    /// Delivers a message or the close of WebSocket `ws`.
+    pub fn on_event(&mut self, ws: WsId, event: WsEvent) -> Result<(), Failure> {
+        self.arm();
+        let handler = self.bindings.ankh_plugin_websocket_handler();
+        let result = match event {
+            WsEvent::Message(message) => {
+                let message = match message {
+                    WsMessage::Text(text) => types::Message::Text(text),
+                    WsMessage::Binary(bytes) => types::Message::Binary(bytes),
+                };
+                handler.call_on_message(&mut self.store, ws, &message)
+            }
+            WsEvent::Close {
+                code,
+                reason,
+                clean,
+            } => handler.call_on_close(
+                &mut self.store,
+                ws,
+                &types::CloseInfo {
+                    code,
+                    reason,
+                    clean,
+                },
+            ),
+        };
+        result.map_err(|e| self.classify(e))
+    }
+
+    /// A fresh CPU budget for the next call.
+    fn arm(&mut self) {
+        self.calls += 1;
+        self.store.data_mut().budget.reset();
+        self.store.set_epoch_deadline(1);
     }
 
     fn classify(&self, e: wasmtime::Error) -> Failure {

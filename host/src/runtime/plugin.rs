@@ -12,7 +12,7 @@ use wasmtime::component::Component;
 use super::bindings::PluginPre;
 use super::engine::Runtime;
 use super::kv::Namespace;
-use super::state::HostState;
+use super::state::{HostState, WsLink};
 
 /// A loaded plugin. Immutable: a new version of the file is a new `Plugin`.
 pub struct Plugin {
@@ -108,7 +108,7 @@ impl Plugin {
         // A start function that traps, or a memory larger than the cap, shows up here rather
         // than on the first request.
         plugin
-            .new_store_and_instantiate()
+            .new_store_and_instantiate(None)
             .map_err(|e| LoadError::Instantiate {
                 path: path.to_owned(),
                 reason: format!("{e:#}"),
@@ -120,12 +120,13 @@ impl Plugin {
     }
 
     /// A fresh store for this plugin, with its limits armed.
-    pub(crate) fn new_store(&self) -> Store<HostState> {
+    pub(crate) fn new_store(&self, ws: Option<WsLink>) -> Store<HostState> {
         let state = HostState::new(
             self.name.clone(),
             self.kv.clone(),
             self.memory_bytes,
             self.cpu_deadline,
+            ws,
         );
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|s| &mut s.memory);
@@ -141,8 +142,9 @@ impl Plugin {
 
     pub(crate) fn new_store_and_instantiate(
         &self,
+        ws: Option<WsLink>,
     ) -> wasmtime::Result<(Store<HostState>, super::bindings::Plugin)> {
-        let mut store = self.new_store();
+        let mut store = self.new_store(ws);
         store.set_epoch_deadline(1);
         store.data_mut().budget.reset();
         let bindings = self.pre.instantiate(&mut store)?;

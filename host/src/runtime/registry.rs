@@ -33,6 +33,14 @@ impl Registry {
         table.iter().find(|m| matches(&m.prefix, path)).cloned()
     }
 
+    /// The current version of the plugin called `name`.
+    pub fn by_name(&self, name: &str) -> Option<Arc<Plugin>> {
+        self.snapshot()
+            .iter()
+            .find(|m| &*m.plugin.name == name)
+            .map(|m| m.plugin.clone())
+    }
+
     /// All mounts, longest prefix first.
     pub fn snapshot(&self) -> Arc<Vec<Mount>> {
         self.table

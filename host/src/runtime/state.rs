@@ -16,6 +16,16 @@ use super::bindings::types::{ConnectionId, KvError, LogLevel, Message, RespondEr
 use super::call::CallContext;
 use super::kv::Namespace;
 use super::stdio::{GuestOutput, LogTags};
+use crate::hub::{Hub, SubscribeError};
+use crate::job::{Reply, ReplyTx, WsMessage};
+
+/// What the `websocket` import needs: the shared table of connections, and the queue to the
+/// I/O thread that owns them.
+#[derive(Debug, Clone)]
+pub struct WsLink {
+    pub hub: Arc<Hub>,
+    pub reply: ReplyTx,
+}
 
 /// Store data for one plugin instance.
 pub struct HostState {
@@ -27,6 +37,8 @@ pub struct HostState {
     pub(crate) tags: Arc<LogTags>,
     /// The request being answered, while `handle-request` runs.
     pub(crate) call: Option<CallContext>,
+    /// Absent in stores that serve no traffic (the trial instantiation at load).
+    ws: Option<WsLink>,
 }
 
 impl HostState {
@@ -35,6 +47,7 @@ impl HostState {
         kv: Arc<Namespace>,
         memory_bytes: usize,
         cpu_deadline: Duration,
+        ws: Option<WsLink>,
     ) -> Self {
         let tags = LogTags::new(plugin);
         let wasi = WasiCtxBuilder::new()
@@ -52,6 +65,7 @@ impl HostState {
             kv,
             tags,
             call: None,
+            ws,
         }
     }
 
@@ -232,25 +246,89 @@ impl http::Host for HostState {
     }
 }
 
-/// WebSockets are not served yet: every operation reports `unsupported`.
+fn to_message(message: Message) -> WsMessage {
+    match message {
+        Message::Text(text) => WsMessage::Text(text),
+        Message::Binary(bytes) => WsMessage::Binary(bytes),
+    }
+}
+
+fn message_len(message: &Message) -> usize {
+    match message {
+        Message::Text(text) => text.len(),
+        Message::Binary(bytes) => bytes.len(),
+    }
+}
+
+/// Largest message a plugin may send in one call.
+const MAX_OUTBOUND_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+impl From<SubscribeError> for WsError {
+    fn from(e: SubscribeError) -> Self {
+        match e {
+            SubscribeError::Closed => WsError::Closed,
+            SubscribeError::TooLarge => WsError::TooLarge,
+        }
+    }
+}
+
+/// Sending goes through the I/O thread, which owns the sockets; an id that is not open is
+/// `closed`, and since ids are never reused it can never reach another client.
 impl websocket::Host for HostState {
-    fn send(&mut self, _conn: ConnectionId, _message: Message) -> Result<(), WsError> {
-        Err(WsError::Unsupported)
+    fn send(&mut self, conn: ConnectionId, message: Message) -> Result<(), WsError> {
+        let link = self.ws.as_ref().ok_or(WsError::Unsupported)?;
+        if message_len(&message) > MAX_OUTBOUND_MESSAGE_BYTES {
+            return Err(WsError::TooLarge);
+        }
+        if !link.hub.is_open(conn) {
+            return Err(WsError::Closed);
+        }
+        link.reply.send(Reply::Send {
+            ws: conn,
+            message: to_message(message),
+        });
+        Ok(())
     }
 
-    fn close(&mut self, _conn: ConnectionId, _code: u16, _reason: String) -> Result<(), WsError> {
-        Err(WsError::Unsupported)
+    fn close(&mut self, conn: ConnectionId, code: u16, reason: String) -> Result<(), WsError> {
+        let link = self.ws.as_ref().ok_or(WsError::Unsupported)?;
+        if reason.len() > 123 {
+            return Err(WsError::TooLarge);
+        }
+        if !link.hub.is_open(conn) {
+            return Err(WsError::Closed);
+        }
+        link.reply.send(Reply::Close {
+            ws: conn,
+            code,
+            reason,
+        });
+        Ok(())
     }
 
-    fn subscribe(&mut self, _conn: ConnectionId, _topic: String) -> Result<(), WsError> {
-        Err(WsError::Unsupported)
+    fn subscribe(&mut self, conn: ConnectionId, topic: String) -> Result<(), WsError> {
+        let link = self.ws.as_ref().ok_or(WsError::Unsupported)?;
+        Ok(link.hub.subscribe(conn, &topic)?)
     }
 
-    fn unsubscribe(&mut self, _conn: ConnectionId, _topic: String) -> Result<(), WsError> {
-        Err(WsError::Unsupported)
+    fn unsubscribe(&mut self, conn: ConnectionId, topic: String) -> Result<(), WsError> {
+        let link = self.ws.as_ref().ok_or(WsError::Unsupported)?;
+        Ok(link.hub.unsubscribe(conn, &topic)?)
     }
 
-    fn publish(&mut self, _topic: String, _message: Message) -> Result<u32, WsError> {
-        Err(WsError::Unsupported)
+    fn publish(&mut self, topic: String, message: Message) -> Result<u32, WsError> {
+        let link = self.ws.as_ref().ok_or(WsError::Unsupported)?;
+        if message_len(&message) > MAX_OUTBOUND_MESSAGE_BYTES {
+            return Err(WsError::TooLarge);
+        }
+        let subscribers = link.hub.subscribers(&topic);
+        let message = to_message(message);
+        for ws in &subscribers {
+            link.reply.send(Reply::Send {
+                ws: *ws,
+                message: message.clone(),
+            });
+        }
+        Ok(u32::try_from(subscribers.len()).unwrap_or(u32::MAX))
     }
 }
