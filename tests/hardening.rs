@@ -344,16 +344,20 @@ fn a_thousand_slow_loris_connections_do_not_starve_a_normal_client() {
 
 #[test]
 fn ten_thousand_abandoned_exchanges_leak_nothing() {
-    let s = probe().flag("--workers", 4).start();
+    let s = probe()
+        .plugin(plugins::WSPROBE)
+        .flag("--workers", 4)
+        .start();
     // Warm up: instances exist, buffers are sized.
     for _ in 0..20 {
         assert_eq!(s.get("/probe/big?n=200000").0, 200);
     }
     let fds_before = s.open_fds();
     let rss_before = s.rss_kib();
+    let upgrade = b"GET /wsprobe/ HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
     for i in 0..10_000 {
         let mut c = s.connect();
-        let _ = match i % 3 {
+        let _ = match i % 4 {
             // Mid-request: half a head.
             0 => c.write_all(b"GET /probe/status/200 HTTP/1.1\r\nHo"),
             // Mid-body.
@@ -361,7 +365,13 @@ fn ten_thousand_abandoned_exchanges_leak_nothing() {
                 b"POST /probe/inc HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n{\"va",
             ),
             // Mid-response: ask for a large body and leave.
-            _ => c.write_all(b"GET /probe/big?n=200000 HTTP/1.1\r\nHost: a\r\n\r\n"),
+            2 => c.write_all(b"GET /probe/big?n=200000 HTTP/1.1\r\nHost: a\r\n\r\n"),
+            // Mid-WebSocket-frame: upgrade, then half of a masked text frame.
+            _ => {
+                let mut bytes = upgrade.to_vec();
+                bytes.extend_from_slice(&[0x81, 0x8a, 1, 2, 3, 4, b'h' ^ 1, b'e' ^ 2]);
+                c.write_all(&bytes)
+            }
         };
     }
     // Let the server notice every departure and finish the last handlers.
@@ -383,6 +393,8 @@ fn ten_thousand_abandoned_exchanges_leak_nothing() {
         rss_after < rss_before + 64 * 1024,
         "RSS {rss_before} KiB -> {rss_after} KiB"
     );
+    // No plugin failed along the way.
+    assert!(!s.log().contains("instance discarded"));
 }
 
 /// A hundred distinct malformed requests, each with the status it must get (0: the server may

@@ -20,6 +20,8 @@ mod routing;
 mod sandbox;
 // WebSockets: handshake, framing, events, sending, topics, close, liveness: A44-A58.
 mod websocket;
+// The chat example in two headless Chromium pages.
+mod browser;
 // The command line: building plugins, what serve logs.
 mod cli;
 // Hostile and broken clients, limits, timeouts, graceful drain, load and fault runs: A22-A25,

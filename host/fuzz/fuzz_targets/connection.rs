@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ankh::dispatch::Dispatcher;
+use ankh::hub::Hub;
 use ankh::job::{ConnId, reply_channel};
 use ankh::limits::Limits;
 use ankh::net::conn::{Conn, Ctx, Liveness, Transport};
@@ -69,7 +70,8 @@ fuzz_target!(|data: &[u8]| {
         ..Limits::default()
     };
     let (reply_tx, _reply_rx) = reply_channel(Arc::new(|| {}));
-    let pool = WorkerPool::new(0, 4, reply_tx).unwrap();
+    let hub = Arc::new(Hub::default());
+    let pool = WorkerPool::new(0, 4, reply_tx, hub.clone()).unwrap();
     let mut dispatcher = Dispatcher::new(Arc::new(Registry::default()), pool);
     let start = Instant::now();
     let io = MemIo {
@@ -83,6 +85,7 @@ fuzz_target!(|data: &[u8]| {
     let mut ctx = Ctx {
         dispatcher: &mut dispatcher,
         limits: &limits,
+        hub: &hub,
         draining: false,
     };
     let mut fed = 0;

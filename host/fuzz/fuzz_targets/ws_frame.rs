@@ -1,0 +1,88 @@
+//! The WebSocket frame reader (tungstenite driven by `net::ws`) on arbitrary client bytes, in
+//! arbitrary splits, with sends and closes from the plugin interleaved: it never panics, emits
+//! at most one close event and nothing after it, and everything it writes is a sequence of
+//! well-formed, unmasked server frames.
+#![no_main]
+
+use std::time::Instant;
+
+use ankh::job::{WsEvent, WsMessage};
+use ankh::limits::Limits;
+use ankh::net::ws::WsConn;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let (script, stream) = data.split_at(data.len().min(8));
+    let limits = Limits {
+        ws_max_message_bytes: 4096,
+        ..Limits::default()
+    };
+    let now = Instant::now();
+    let mut ws = WsConn::new(1, "fuzz".into(), &limits, now);
+    ws.event_done(); // the open event
+    let (mut rbuf, mut wbuf) = (Vec::new(), Vec::new());
+    let mut fed = 0;
+    let mut step = 0;
+    let mut closes = 0;
+    let mut after_close = false;
+    while fed < stream.len() && step < 10_000 {
+        let knob = script
+            .get(step % script.len().max(1))
+            .copied()
+            .unwrap_or(32);
+        step += 1;
+        let end = (fed + usize::from(knob % 32) + 1).min(stream.len());
+        rbuf.extend_from_slice(&stream[fed..end]);
+        fed = end;
+        ws.read_frames(&mut rbuf, &mut wbuf, now);
+        match knob >> 5 {
+            1 => ws.send(
+                WsMessage::Text("x".repeat(usize::from(knob))),
+                &mut rbuf,
+                &mut wbuf,
+            ),
+            2 => ws.send(WsMessage::Binary(vec![knob; 300]), &mut rbuf, &mut wbuf),
+            3 if knob & 1 == 1 => ws.close(1000, "bye", &mut rbuf, &mut wbuf, now),
+            _ => {}
+        }
+        while let Some(event) = ws.next_event() {
+            assert!(!after_close, "an event after the close event");
+            if matches!(event, WsEvent::Close { .. }) {
+                closes += 1;
+                after_close = true;
+            }
+            ws.event_done();
+        }
+        if ws.finished() {
+            break;
+        }
+    }
+    assert!(closes <= 1);
+    check_frames(&wbuf);
+});
+
+/// Server frames: FIN/RSV sane, a known opcode, never masked, length as declared.
+fn check_frames(mut out: &[u8]) {
+    while out.len() >= 2 {
+        let (b0, b1) = (out[0], out[1]);
+        assert_eq!(b0 & 0x70, 0, "RSV bits set");
+        assert!(
+            matches!(b0 & 0x0f, 0x0 | 0x1 | 0x2 | 0x8 | 0x9 | 0xA),
+            "opcode {b0:#x}"
+        );
+        assert_eq!(b1 & 0x80, 0, "masked server frame");
+        let (len, at) = match b1 & 0x7f {
+            126 if out.len() >= 4 => (usize::from(u16::from_be_bytes([out[2], out[3]])), 4),
+            127 if out.len() >= 10 => (
+                u64::from_be_bytes(out[2..10].try_into().unwrap()) as usize,
+                10,
+            ),
+            126 | 127 => return,
+            n => (usize::from(n), 2),
+        };
+        if b0 & 0x08 != 0 {
+            assert!(len <= 125, "control frame of {len} bytes");
+        }
+        out = &out[(at + len).min(out.len())..];
+    }
+}
