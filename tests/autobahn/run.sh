@@ -124,12 +124,14 @@ URL="ws://$ADDR/wsecho"
 echo "--- server at $URL (pid $SERVER_PID)"
 
 # --- 4. the fuzzingclient
+cases=${AUTOBAHN_CASES:-'["*"]'}
+exclude=${AUTOBAHN_EXCLUDE:-'[]'}
 cat >"$REPORT/spec.json" <<EOF
 {
     "outdir": "$REPORT",
     "servers": [{"agent": "ankh-wsecho", "url": "$URL"}],
-    "cases": ${AUTOBAHN_CASES:-["*"]},
-    "exclude-cases": ${AUTOBAHN_EXCLUDE:-[]},
+    "cases": $cases,
+    "exclude-cases": $exclude,
     "exclude-agent-cases": {}
 }
 EOF

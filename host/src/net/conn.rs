@@ -160,11 +160,7 @@ impl<S: Transport> Conn<S> {
         plugin: std::sync::Arc<str>,
         ctx: &mut Ctx<'_>,
     ) -> Liveness {
-        if !matches!(self.state, State::Waiting) || seq != self.seq {
-            // The client left before its upgrade: tell the plugin the connection is gone.
-            ctx.hub.closed(ws);
-            return Liveness::Open;
-        }
+        debug_assert!(matches!(self.state, State::Waiting) && seq == self.seq);
         self.queue_output(bytes);
         self.seq += 1;
         let mut conn = WsConn::new(ws, plugin, ctx.limits, Instant::now());

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use super::conn::{Conn, Ctx, Liveness};
 use crate::dispatch::Dispatcher;
 use crate::hub::Hub;
-use crate::job::{ConnId, Reply, ReplyRx, WsId};
+use crate::job::{ConnId, Reply, ReplyRx, WsEvent, WsId};
 use crate::limits::Limits;
 
 const LISTENER: Token = Token(usize::MAX - 1);
@@ -52,6 +52,9 @@ pub struct EventLoop {
     hub: Arc<Hub>,
     /// Where each open WebSocket lives, for messages from plugins.
     websockets: HashMap<WsId, ConnId>,
+    /// Upgrades whose client left before the 101 could be written: once their open event
+    /// finishes, the plugin still gets the close event (exactly once, after the open).
+    ghosts: HashMap<WsId, Arc<str>>,
     command: Arc<AtomicU8>,
     /// Set once draining: when everything still open is closed regardless.
     drain_deadline: Option<Instant>,
@@ -134,6 +137,7 @@ impl EventLoop {
                 limits,
                 hub,
                 websockets: HashMap::new(),
+                ghosts: HashMap::new(),
                 command,
                 drain_deadline: None,
                 accept_retry_at: None,
@@ -286,16 +290,32 @@ impl EventLoop {
                     ws,
                     plugin,
                 } => {
-                    self.websockets.insert(ws, conn);
                     if self.conns.get(conn.slot).is_none_or(|c| c.id != conn) {
-                        self.websockets.remove(&ws);
                         self.hub.closed(ws);
+                        self.ghosts.insert(ws, plugin);
+                        continue;
                     }
+                    self.websockets.insert(ws, conn);
                     self.drive(conn.slot, Some(conn), |c, ctx| {
                         c.on_upgrade(seq, &bytes, ws, plugin, ctx)
                     });
                 }
-                Reply::EventDone { conn, .. } => {
+                Reply::EventDone { conn, ws } => {
+                    if let Some(plugin) = self.ghosts.remove(&ws) {
+                        let close = WsEvent::Close {
+                            code: 1006,
+                            reason: String::new(),
+                            clean: false,
+                        };
+                        if self
+                            .dispatcher
+                            .dispatch_event(conn, ws, &plugin, close)
+                            .is_err()
+                        {
+                            tracing::warn!(ws, "close event of a departed WebSocket dropped");
+                        }
+                        continue;
+                    }
                     self.drive(conn.slot, Some(conn), |c, ctx| c.on_event_done(ctx));
                 }
                 Reply::Send { ws, message } => {
