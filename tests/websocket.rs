@@ -187,6 +187,29 @@ fn a44_handshake_accept_and_refusals() {
 }
 
 #[test]
+fn a44_the_plugin_chooses_among_the_offered_subprotocols() {
+    let s = server();
+    let offer = |protocols: &str| {
+        let mut bytes = format!("GET /wsprobe/proto HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{protocols}\r\n").into_bytes();
+        // Then a Close, so the server ends the connection.
+        bytes.extend_from_slice(&frame(FIN | CLOSE, &[], true));
+        s.raw(&bytes)
+    };
+    let reply = offer("Sec-WebSocket-Protocol: chat, superchat\r\n");
+    assert!(reply.starts_with("HTTP/1.1 101 "), "{reply}");
+    assert!(
+        reply.contains("sec-websocket-protocol: superchat\r\n"),
+        "{reply}"
+    );
+    assert!(reply.contains("X-Probe: upgraded\r\n"), "{reply}");
+    // Not offered: not sent, and the log says why.
+    let reply = offer("Sec-WebSocket-Protocol: chat\r\n");
+    assert!(reply.starts_with("HTTP/1.1 101 "), "{reply}");
+    assert!(!reply.contains("sec-websocket-protocol"), "{reply}");
+    s.wait_for_log("the plugin chose a subprotocol the client did not offer");
+}
+
+#[test]
 fn a45_frames_from_the_open_event_follow_the_101_in_order() {
     let s = server();
     let mut ws = client(&s, "/wsprobe/?greet=1");

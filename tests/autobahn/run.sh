@@ -66,7 +66,7 @@ req_sum=$(sha256sum "$REQS" | cut -d' ' -f1)
 if [ ! -x "$VENV/bin/wstest" ] || [ "$(cat "$VENV/.requirements.sha256" 2>/dev/null)" != "$req_sum" ]; then
     echo "--- creating $VENV"
     if ! PYTHONPATH="$TOOLS" python3 -c 'import virtualenv' 2>/dev/null; then
-        python3 -m pip install --quiet --disable-pip-version-check --target "$TOOLS" 'virtualenv<20.22'
+        PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --target "$TOOLS" 'virtualenv<20.22'
     fi
     rm -rf "$VENV"
     PYTHONPATH="$TOOLS" python3 -m virtualenv --quiet -p "$py2" "$VENV"

@@ -4,7 +4,8 @@
 //! open event; `id=1` sends `id:<conn>` first. Every event is appended to the kv key
 //! `log/<conn>` (`open;`, `msg:<text>;`, `bin:<len>;`, `close:<code>:<clean>;`), and a kv
 //! counter detects two calls for one connection overlapping (`OVERLAP;`).
-//! `GET /wsprobe/log?conn=N` returns that log over plain HTTP.
+//! `GET /wsprobe/log?conn=N` returns that log over plain HTTP. `GET /wsprobe/proto` upgrades
+//! choosing the subprotocol `superchat` and adding the header `X-Probe: upgraded`.
 //!
 //! Text commands: `slow:<ms>` sleeps then echoes; `close:<code>` sends `one`, `two`, `three`,
 //! then closes with that code (and tries a send after, which the host drops); `sub:<topic>`;
@@ -126,6 +127,10 @@ fn router() -> Router {
         .get("/log", |req: &Request| {
             let conn = req.query_param("conn").unwrap_or_default();
             Response::text(kv::get_string(&format!("log/{conn}")).unwrap_or_default())
+        })
+        .get("/proto", |_req: &Request| Outcome::Upgrade {
+            protocol: Some("superchat".to_owned()),
+            headers: vec![("X-Probe".to_owned(), b"upgraded".to_vec())],
         })
         .get("/**", |_req: &Request| Outcome::upgrade())
         .get("/", |_req: &Request| Outcome::upgrade())
