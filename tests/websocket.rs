@@ -314,6 +314,25 @@ fn a49_protocol_violations_close_with_1002() {
 }
 
 #[test]
+fn a49_a_message_before_the_violation_is_still_answered_before_the_close() {
+    let s = server();
+    let (mut stream, mut reader) = raw(&s, "/wsprobe/");
+    // A good message and a bad frame in one write (Autobahn 3.2): the echo of the good one
+    // goes out before the Close 1002.
+    let bytes = [
+        frame(FIN | TEXT, b"Hello, world!", true),
+        frame(FIN | 0x20 | TEXT, b"x", true),
+    ]
+    .concat();
+    stream.write_all(&bytes).unwrap();
+    assert_eq!(
+        read_frame(&mut reader),
+        (FIN | TEXT, b"Hello, world!".to_vec())
+    );
+    assert_eq!(close_code(&mut reader), 1002);
+}
+
+#[test]
 fn a50_an_oversized_message_is_refused_from_its_length_alone() {
     let s = server();
     let (mut stream, mut reader) = raw(&s, "/wsprobe/");

@@ -23,7 +23,7 @@ use super::io::{Step, read_some, write_some};
 use super::ws::WsConn;
 use crate::dispatch::{Dispatcher, Immediate, Undelivered};
 use crate::hub::Hub;
-use crate::job::{ConnId, WsId, WsMessage};
+use crate::job::{ConnId, WsEvent, WsId, WsMessage};
 use crate::limits::{LINGER_TIMEOUT, Limits, READ_CHUNK_BYTES};
 use crate::proto::body::BodyDecoder;
 use crate::proto::request::{self, Framing, RequestHead};
@@ -413,11 +413,17 @@ impl<S: Transport> Conn<S> {
                     self.write_progress = Instant::now();
                 }
             }
-            if ws.closing() {
+            // Once the socket is done, or the plugin is told of the close, sending to this
+            // connection reports `closed`. Until then, plugins can still answer messages that
+            // arrived before a violation: their answers go out ahead of its Close.
+            if ws.finished() {
                 ctx.hub.closed(ws.id);
             }
             // Hand the next event to a worker, if none is running.
             if let Some(event) = ws.next_event() {
+                if matches!(event, WsEvent::Close { .. }) {
+                    ctx.hub.closed(ws.id);
+                }
                 match ctx
                     .dispatcher
                     .dispatch_event(self.id, ws.id, &ws.plugin, event)
@@ -427,6 +433,7 @@ impl<S: Transport> Conn<S> {
                     Err(Undelivered::Gone) => ws.event_done(),
                 }
             }
+            ws.settle_failure(&mut self.rbuf, &mut self.wbuf);
             let output_pending = self.wpos < self.wbuf.len();
             if ws.finished() {
                 if output_pending && !self.eof {

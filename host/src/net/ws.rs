@@ -59,6 +59,9 @@ pub struct WsConn {
     in_flight: bool,
     /// The close event was queued; nothing is queued after it.
     close_queued: bool,
+    /// The peer broke the protocol: the Close frame that says so waits until the plugin has
+    /// handled (and answered) every message that arrived before the violation.
+    pending_failure: Option<CloseFrame>,
     /// The close event was delivered.
     close_delivered: bool,
     /// TCP is to be closed once the output is written.
@@ -84,6 +87,7 @@ impl WsConn {
             events: VecDeque::new(),
             in_flight: true,
             close_queued: false,
+            pending_failure: None,
             close_delivered: false,
             finished: false,
             close_sent: None,
@@ -96,7 +100,7 @@ impl WsConn {
 
     /// Whether more input is wanted: not after the end, and not while the plugin is behind.
     pub fn wants_input(&self) -> bool {
-        !self.finished && self.events.len() < WS_MAX_QUEUED_EVENTS
+        !self.finished && self.pending_failure.is_none() && self.events.len() < WS_MAX_QUEUED_EVENTS
     }
 
     /// TCP should close once pending output is written.
@@ -107,11 +111,6 @@ impl WsConn {
     /// Everything is over: TCP is done and the plugin heard the close.
     pub fn done(&self) -> bool {
         self.finished && self.close_delivered && !self.in_flight
-    }
-
-    /// Whether the close event has been queued (the connection is closing).
-    pub fn closing(&self) -> bool {
-        self.close_queued
     }
 
     /// Parses buffered input into events. Control frames are answered by tungstenite (a Ping
@@ -151,7 +150,7 @@ impl WsConn {
                     self.queue_close(1006, String::new(), false);
                     self.finished = true;
                 }
-                Err(e) => self.fail(e, rbuf, wbuf),
+                Err(e) => self.fail(e, rbuf),
             }
         }
         // Pongs (and the echo of a Close) are queued by tungstenite while reading; write them
@@ -173,8 +172,9 @@ impl WsConn {
         self.finished = true;
     }
 
-    /// Fails the connection: Close with the code the violation calls for, then TCP close.
-    fn fail(&mut self, error: Error, rbuf: &mut Vec<u8>, wbuf: &mut Vec<u8>) {
+    /// Fails the connection: Close with the code the violation calls for (once the plugin has
+    /// handled what came before; see [`WsConn::settle_failure`]), then TCP close.
+    fn fail(&mut self, error: Error, rbuf: &mut Vec<u8>) {
         let (code, reason) = match &error {
             Error::Capacity(CapacityError::MessageTooLong { .. }) => {
                 (CloseCode::Size, "message too big")
@@ -189,14 +189,22 @@ impl WsConn {
             _ => (CloseCode::Error, "internal error"),
         };
         tracing::debug!(ws = self.id, "failing WebSocket: {error}");
-        let frame = CloseFrame {
-            code,
-            reason: reason.into(),
-        };
-        let _ = self.ctx.close(&mut Pipe { rbuf, wbuf }, Some(frame));
         rbuf.clear();
         self.queue_close(u16::from(code), reason.to_owned(), false);
-        self.finished = true;
+        self.pending_failure = Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        });
+    }
+
+    /// Sends the Close of a protocol failure once the plugin reached the close event, that is,
+    /// once every earlier message was handled and its answers queued ahead of the Close.
+    pub fn settle_failure(&mut self, rbuf: &mut Vec<u8>, wbuf: &mut Vec<u8>) {
+        let close_reached = self.close_queued && self.events.is_empty();
+        if close_reached && let Some(frame) = self.pending_failure.take() {
+            let _ = self.ctx.close(&mut Pipe { rbuf, wbuf }, Some(frame));
+            self.finished = true;
+        }
     }
 
     /// A message from the plugin. Dropped once the connection is closing.
