@@ -30,6 +30,9 @@ use crate::proto::request::{self, Framing, RequestHead};
 use crate::proto::response::{self, RequestMeta};
 use crate::proto::{ProtoError, Status, Version};
 
+/// Buffer capacity a connection keeps once its buffers are empty.
+const IDLE_BUFFER_BYTES: usize = 16 * 1024;
+
 /// Bytes read and discarded after an error response before the socket is closed anyway.
 const LINGER_MAX_BYTES: usize = 256 * 1024;
 
@@ -646,15 +649,14 @@ impl<S: Transport> Conn<S> {
         self.wbuf.extend_from_slice(bytes);
     }
 
+    /// Reads once through the loop's shared scratch buffer, so an idle connection holds no
+    /// read buffer of its own (with thousands of idle WebSockets, that is most of the memory).
     fn read(&mut self) -> std::io::Result<Step> {
-        let len = self.rbuf.len();
-        self.rbuf.resize(len + READ_CHUNK_BYTES, 0);
-        let step = read_some(&mut self.stream, &mut self.rbuf[len..]);
-        let got = match step {
-            Ok(Step::Moved(n)) => n,
-            _ => 0,
-        };
-        self.rbuf.truncate(len + got);
+        let mut scratch = [0u8; READ_CHUNK_BYTES];
+        let step = read_some(&mut self.stream, &mut scratch);
+        if let Ok(Step::Moved(n)) = step {
+            self.rbuf.extend_from_slice(&scratch[..n]);
+        }
         step
     }
 
@@ -675,6 +677,13 @@ impl<S: Transport> Conn<S> {
         }
         self.wbuf.clear();
         self.wpos = 0;
+        // Keep a buffer sized for typical responses, not for the largest one ever sent.
+        if self.wbuf.capacity() > IDLE_BUFFER_BYTES {
+            self.wbuf = Vec::new();
+        }
+        if self.rbuf.is_empty() && self.rbuf.capacity() > IDLE_BUFFER_BYTES {
+            self.rbuf = Vec::new();
+        }
         Ok(())
     }
 }

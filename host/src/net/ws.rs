@@ -19,6 +19,9 @@ use tungstenite::{Error, Message};
 use crate::job::{WsEvent, WsId, WsMessage};
 use crate::limits::{Limits, WS_CLOSE_TIMEOUT, WS_MAX_QUEUED_EVENTS};
 
+/// Initial size of tungstenite's input buffer per connection; it grows as frames need.
+const WS_CODEC_BUFFER_BYTES: usize = 1024;
+
 /// The connection's read buffer as tungstenite's input and its write buffer as its output.
 struct Pipe<'a> {
     rbuf: &'a mut Vec<u8>,
@@ -77,7 +80,11 @@ pub struct WsConn {
 impl WsConn {
     /// A connection whose open event is already running on a worker.
     pub fn new(id: WsId, plugin: std::sync::Arc<str>, limits: &Limits, now: Instant) -> Self {
+        // Small codec buffers: input comes from the connection's own buffer and output goes
+        // straight into it, so tungstenite's 128 KiB defaults per connection would be waste.
         let config = WebSocketConfig::default()
+            .read_buffer_size(WS_CODEC_BUFFER_BYTES)
+            .write_buffer_size(0)
             .max_message_size(Some(limits.ws_max_message_bytes))
             .max_frame_size(Some(limits.ws_max_message_bytes));
         WsConn {
