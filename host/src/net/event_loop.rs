@@ -59,6 +59,8 @@ pub struct EventLoop {
     /// Set once draining: when everything still open is closed regardless.
     drain_deadline: Option<Instant>,
     accept_retry_at: Option<Instant>,
+    /// `accept` is failing (out of descriptors); logged once per episode.
+    accept_failing: bool,
 }
 
 /// Drains or stops a running [`EventLoop`] from any thread.
@@ -141,6 +143,7 @@ impl EventLoop {
                 command,
                 drain_deadline: None,
                 accept_retry_at: None,
+                accept_failing: false,
             },
             handle,
         ))
@@ -224,6 +227,10 @@ impl EventLoop {
         loop {
             match listener.accept() {
                 Ok((stream, peer)) => {
+                    if self.accept_failing {
+                        self.accept_failing = false;
+                        tracing::info!("accept works again");
+                    }
                     if self.conns.len() >= self.limits.max_connections {
                         // Accepted and closed at once: the client learns immediately, and the
                         // backlog does not fill with connections we would never serve.
@@ -257,7 +264,8 @@ impl EventLoop {
                 Err(e) => {
                     // Out of file descriptors (EMFILE/ENFILE) or memory: the connection stays
                     // in the backlog. Retry after a pause rather than spinning on it.
-                    if self.accept_retry_at.is_none() {
+                    if !self.accept_failing {
+                        self.accept_failing = true;
                         tracing::warn!("accept failed, retrying shortly: {e}");
                     }
                     self.accept_retry_at = Some(Instant::now() + ACCEPT_BACKOFF);

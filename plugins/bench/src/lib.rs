@@ -5,6 +5,8 @@
 //! - `GET /bench` (or `/bench/`): `Hello, World!`
 //! - `GET /bench/busy?us=N`: spins the CPU for N microseconds, then `ok`
 //! - `GET /bench/sleep?ms=N`: blocks N milliseconds, then `ok`
+//! - `GET /bench/ws`: a WebSocket that echoes every message, except `publish:TEXT`, which
+//!   publishes TEXT to the topic `bench`; every connection is subscribed to it on open.
 
 use std::time::{Duration, Instant};
 
@@ -35,11 +37,32 @@ fn sleep(req: &Request) -> Result<&'static str, Response> {
     Ok("ok")
 }
 
+/// The WebSocket benchmark endpoint: echo, and a broadcast topic every connection is on.
+#[derive(Default)]
+struct Bench;
+
+impl WebSocketHandler for Bench {
+    fn on_open(&mut self, conn: ws::ConnectionId, _request: &Request) {
+        let _ = ws::subscribe(conn, "bench");
+    }
+
+    fn on_message(&mut self, conn: ws::ConnectionId, message: ws::Message) {
+        if let ws::Message::Text(text) = &message
+            && let Some(body) = text.strip_prefix("publish:")
+        {
+            let _ = ws::publish("bench", &ws::Message::Text(body.to_owned()));
+            return;
+        }
+        let _ = ws::send(conn, &message);
+    }
+}
+
 fn router() -> Router {
     Router::new()
         .get("/", |_req: &Request| "Hello, World!")
         .get("/busy", busy)
         .get("/sleep", sleep)
+        .get("/ws", |_req: &Request| Outcome::upgrade())
 }
 
-ankh_guest::export_plugin!(router);
+ankh_guest::export_plugin!(router, websocket = Bench);
