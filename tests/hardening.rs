@@ -19,55 +19,15 @@ fn read_until_closed(stream: &mut TcpStream) -> Vec<u8> {
     crate::harness::read_to_close(stream)
 }
 
-#[test]
-fn a22_a_head_sent_one_byte_at_a_time_is_cut_at_its_deadline() {
-    let s = probe()
-        .flag("--head-timeout-ms", 800)
-        .flag("--idle-timeout-ms", 60_000)
-        .start();
-    let mut stream = s.connect();
+/// Sends `bytes` one at a time, about every 100 ms, until the server answers or closes; then
+/// returns everything it sent back before closing.
+fn trickle(stream: &mut TcpStream, bytes: &[u8]) -> Vec<u8> {
     stream
         .set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
-    // The client never goes idle for long: a byte every 100 ms, far more often than any idle
-    // timeout. The head deadline still ends it.
-    let trickle = b"GET /probe/status/200 HTTP/1.1\r\nHost: a\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     let mut reply = Vec::new();
-    for b in trickle {
+    for b in bytes {
         if stream.write_all(&[*b]).is_err() {
-            break;
-        }
-        let mut buf = [0u8; 1024];
-        match stream.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => reply.extend_from_slice(&buf[..n]),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-            Err(_) => break,
-        }
-        if !reply.is_empty() {
-            break;
-        }
-    }
-    reply.extend(read_until_closed(&mut stream));
-    let text = String::from_utf8_lossy(&reply);
-    assert!(text.starts_with("HTTP/1.1 408 "), "{text:?}");
-    assert!(text.contains("connection: close"));
-    assert_eq!(s.get("/probe/status/200?body=fine").1, "fine");
-}
-
-#[test]
-fn a22_a_body_that_trickles_is_cut_at_the_request_deadline() {
-    let s = probe().flag("--request-timeout-ms", 800).start();
-    let mut stream = s.connect();
-    stream
-        .write_all(b"POST /probe/inc HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n{")
-        .unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let mut reply = Vec::new();
-    for _ in 0..999 {
-        if stream.write_all(b" ").is_err() {
             break;
         }
         let mut buf = [0u8; 1024];
@@ -81,7 +41,36 @@ fn a22_a_body_that_trickles_is_cut_at_the_request_deadline() {
             Err(_) => break,
         }
     }
-    reply.extend(read_until_closed(&mut stream));
+    reply.extend(read_until_closed(stream));
+    reply
+}
+
+#[test]
+fn a22_a_head_sent_one_byte_at_a_time_is_cut_at_its_deadline() {
+    let s = probe()
+        .flag("--head-timeout-ms", 800)
+        .flag("--idle-timeout-ms", 60_000)
+        .start();
+    let mut stream = s.connect();
+    // The client never goes idle for long: a byte every 100 ms, far more often than any idle
+    // timeout. The head deadline still ends it.
+    let mut head = b"GET /probe/status/200 HTTP/1.1\r\nHost: a\r\nX-Slow: ".to_vec();
+    head.resize(200, b'a');
+    let reply = trickle(&mut stream, &head);
+    let text = String::from_utf8_lossy(&reply);
+    assert!(text.starts_with("HTTP/1.1 408 "), "{text:?}");
+    assert!(text.contains("connection: close"));
+    assert_eq!(s.get("/probe/status/200?body=fine").1, "fine");
+}
+
+#[test]
+fn a22_a_body_that_trickles_is_cut_at_the_request_deadline() {
+    let s = probe().flag("--request-timeout-ms", 800).start();
+    let mut stream = s.connect();
+    stream
+        .write_all(b"POST /probe/inc HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n{")
+        .unwrap();
+    let reply = trickle(&mut stream, &[b' '; 999]);
     assert!(String::from_utf8_lossy(&reply).starts_with("HTTP/1.1 408 "));
 }
 
