@@ -257,6 +257,36 @@ impl TestServer {
         (status, resp.body_mut().read_to_string().unwrap())
     }
 
+    /// The plugins directory the server watches.
+    pub fn plugins_dir(&self) -> &Path {
+        self._dir.path()
+    }
+
+    /// Drops `src` into the plugins directory as `name.wasm` the way a careful deployer does:
+    /// written under a temporary name, then renamed into place.
+    pub fn install(&self, name: &str, src: &str) {
+        let tmp = self.plugins_dir().join(format!(".{name}.wasm.tmp"));
+        std::fs::copy(src, &tmp).unwrap();
+        std::fs::rename(&tmp, self.plugins_dir().join(format!("{name}.wasm"))).unwrap();
+    }
+
+    /// Polls `path` until `check` accepts the answer; fails after [`PATIENCE`].
+    pub fn eventually(&self, path: &str, check: impl Fn(u16, &str) -> bool) -> (u16, String) {
+        let started = Instant::now();
+        loop {
+            let (status, body) = self.get(path);
+            if check(status, &body) {
+                return (status, body);
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "{path} never answered as expected; last: {status} {body:?}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

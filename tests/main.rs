@@ -20,6 +20,8 @@ mod routing;
 mod sandbox;
 // WebSockets: handshake, framing, events, sending, topics, close, liveness: A44-A58.
 mod websocket;
+// Hot reload: drop in, replace, delete, under load, across WebSockets: A68-A71.
+mod reload;
 // The chat example in two headless Chromium pages.
 mod browser;
 // The command line: building plugins, what serve logs.

@@ -134,6 +134,11 @@ pub struct ServeArgs {
     /// Allocate instances on demand instead of from wasmtime's pooling allocator.
     #[arg(long)]
     pub no_pooling: bool,
+
+    /// Do not watch the plugins directory: serve the plugins found at start, and never
+    /// reload them.
+    #[arg(long)]
+    pub no_watch: bool,
 }
 
 #[derive(Debug, Args)]
@@ -165,6 +170,7 @@ impl ServeArgs {
             plugins: self.plugins,
             workers: self.workers,
             no_pooling: self.no_pooling,
+            no_watch: self.no_watch,
             ready_file: self.ready_file,
             max_head_bytes: self.max_head_bytes,
             max_headers: self.max_headers,

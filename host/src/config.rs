@@ -26,6 +26,8 @@ pub struct ServeConfig {
     pub limits: Limits,
     /// Use wasmtime's pooling instance allocator.
     pub pooling: bool,
+    /// Watch the plugins directory and hot-reload what changes.
+    pub watch: bool,
     /// Where to write the listening address once the server accepts connections.
     pub ready_file: Option<PathBuf>,
     /// The config file that was read, if any.
@@ -40,6 +42,7 @@ pub struct FileConfig {
     plugins: Option<Spanned<PathBuf>>,
     workers: Option<Spanned<u64>>,
     pooling: Option<Spanned<bool>>,
+    watch: Option<Spanned<bool>>,
     ready_file: Option<Spanned<PathBuf>>,
     #[serde(default)]
     limits: FileLimits,
@@ -81,6 +84,7 @@ pub struct Overrides {
     pub plugins: Option<PathBuf>,
     pub workers: Option<u64>,
     pub no_pooling: bool,
+    pub no_watch: bool,
     pub ready_file: Option<PathBuf>,
     pub max_head_bytes: Option<u64>,
     pub max_headers: Option<u64>,
@@ -236,6 +240,7 @@ impl ServeConfig {
             10_000,
         )?;
         let pooling = !flags.no_pooling && f.pooling.as_ref().is_none_or(|p| *p.get_ref());
+        let watch = !flags.no_watch && f.watch.as_ref().is_none_or(|w| *w.get_ref());
 
         let l = &f.limits;
         let t = &f.timeouts;
@@ -421,6 +426,7 @@ impl ServeConfig {
             workers: workers as usize,
             limits,
             pooling,
+            watch,
             ready_file,
             source: file.map(|(_, path, _)| path.to_owned()),
         })
@@ -434,6 +440,7 @@ impl ServeConfig {
             plugins: &'a Path,
             workers: usize,
             pooling: bool,
+            watch: bool,
             #[serde(skip_serializing_if = "Option::is_none")]
             ready_file: Option<&'a Path>,
             limits: OutLimits,
@@ -468,6 +475,7 @@ impl ServeConfig {
             plugins: &self.plugins_dir,
             workers: self.workers,
             pooling: self.pooling,
+            watch: self.watch,
             ready_file: self.ready_file.as_deref(),
             limits: OutLimits {
                 max_head_bytes: l.max_head_bytes,

@@ -39,4 +39,5 @@ pub mod builder;
 pub mod cli;
 pub mod config;
 pub mod loader;
+pub mod reload;
 pub mod server;

@@ -24,6 +24,7 @@ pub struct Server {
     event_loop: EventLoop,
     stop: StopHandle,
     ready_file: Option<std::path::PathBuf>,
+    _reloader: Option<crate::reload::Reloader>,
 }
 
 impl std::fmt::Debug for Server {
@@ -72,6 +73,16 @@ impl Server {
         let loaded = loader::load_dir(&runtime, dir, &registry)
             .with_context(|| format!("cannot read plugins directory {}", dir.display()))?;
 
+        let reloader = if config.watch {
+            Some(crate::reload::watch(
+                runtime.clone(),
+                registry.clone(),
+                dir,
+            )?)
+        } else {
+            None
+        };
+
         let (poll, waker) = EventLoop::poll_and_waker()?;
         let wake = waker.clone();
         let (reply_tx, reply_rx) = reply_channel(Arc::new(move || {
@@ -103,6 +114,7 @@ impl Server {
             event_loop,
             stop,
             ready_file: config.ready_file.clone(),
+            _reloader: reloader,
         })
     }
 

@@ -1,0 +1,208 @@
+//! Hot reload: the plugins directory is watched, and a new or changed `NAME.wasm` is compiled
+//! off the I/O thread and off the workers, then swapped in. Requests that start after the swap
+//! use it; requests already running finish on the version they started with; workers drop
+//! their old instances the next time they meet the plugin. Deleting the file unmounts it.
+//!
+//! Writers rarely write atomically, so events are debounced: a file is looked at only once it
+//! has been quiet for [`DEBOUNCE`] and its size and modification time held still across that
+//! time. A burst of writes coalesces to its final state. A file that fails to compile, link or
+//! instantiate is refused with the reason, and the previous version keeps serving.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context;
+use notify::{RecursiveMode, Watcher};
+
+use crate::loader::{display_mount, plugin_name};
+use crate::runtime::engine::Runtime;
+use crate::runtime::plugin::Plugin;
+use crate::runtime::registry::{Registry, prefix_for};
+
+/// How long a file must be quiet (no events, same size and time) before it is loaded.
+pub const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// Keeps the watcher alive; dropping it stops watching.
+pub struct Reloader {
+    _watcher: notify::RecommendedWatcher,
+    _thread: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Reloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloader").finish_non_exhaustive()
+    }
+}
+
+/// What the reload thread knows about one file.
+#[derive(Debug, Default)]
+struct Pending {
+    last_event: Option<Instant>,
+    /// Size and modification time at the last look, to see that the writer is done.
+    seen: Option<(u64, SystemTime)>,
+}
+
+/// Starts watching `dir`. `loaded` holds the content hash of each file already loaded at start,
+/// so an event that changes nothing does not reload it.
+pub fn watch(
+    runtime: Arc<Runtime>,
+    registry: Arc<Registry>,
+    dir: &Path,
+) -> anyhow::Result<Reloader> {
+    let (tx, rx) = mpsc::channel::<notify::Result<notify::Event>>();
+    let mut watcher = notify::recommended_watcher(move |event| {
+        let _ = tx.send(event);
+    })
+    .context("cannot start the file watcher")?;
+    watcher
+        .watch(dir, RecursiveMode::NonRecursive)
+        .with_context(|| format!("cannot watch {}", dir.display()))?;
+    let dir = dir.to_owned();
+    let thread = std::thread::Builder::new()
+        .name("ankh-reload".into())
+        .spawn(move || {
+            let mut state = State {
+                runtime,
+                registry,
+                pending: HashMap::new(),
+                hashes: HashMap::new(),
+            };
+            for path in plugin_paths(&dir) {
+                if let Ok(bytes) = std::fs::read(&path) {
+                    state.hashes.insert(path, hash(&bytes));
+                }
+            }
+            state.run(&rx);
+        })
+        .context("cannot start the reload thread")?;
+    Ok(Reloader {
+        _watcher: watcher,
+        _thread: thread,
+    })
+}
+
+fn plugin_paths(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| plugin_name(p).is_some())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn hash(bytes: &[u8]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+struct State {
+    runtime: Arc<Runtime>,
+    registry: Arc<Registry>,
+    pending: HashMap<PathBuf, Pending>,
+    /// Content hash of the version of each file now loaded (or refused).
+    hashes: HashMap<PathBuf, u64>,
+}
+
+impl State {
+    fn run(&mut self, rx: &mpsc::Receiver<notify::Result<notify::Event>>) {
+        loop {
+            match rx.recv_timeout(DEBOUNCE / 2) {
+                Ok(Ok(event)) => {
+                    let now = Instant::now();
+                    for path in event.paths {
+                        if plugin_name(&path).is_some() {
+                            self.pending.entry(path).or_default().last_event = Some(now);
+                        }
+                    }
+                }
+                Ok(Err(e)) => tracing::warn!("file watcher error: {e}"),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            self.settle(Instant::now());
+        }
+    }
+
+    /// Acts on every file that has been quiet long enough.
+    fn settle(&mut self, now: Instant) {
+        let quiet: Vec<PathBuf> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| {
+                p.last_event
+                    .is_none_or(|t| now.duration_since(t) >= DEBOUNCE)
+            })
+            .map(|(path, _)| path.clone())
+            .collect();
+        for path in quiet {
+            let metadata = std::fs::metadata(&path).ok().filter(|m| m.is_file());
+            let Some(metadata) = metadata else {
+                self.pending.remove(&path);
+                self.unmount(&path);
+                continue;
+            };
+            let now_seen = (
+                metadata.len(),
+                metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            );
+            let entry = self.pending.get_mut(&path).expect("pending entry");
+            if entry.seen != Some(now_seen) {
+                // Still changing (or first look): look again after another quiet period.
+                entry.seen = Some(now_seen);
+                entry.last_event = Some(now);
+                continue;
+            }
+            self.pending.remove(&path);
+            self.load(&path);
+        }
+    }
+
+    fn load(&mut self, path: &Path) {
+        let Some(name) = plugin_name(path) else {
+            return;
+        };
+        let Ok(bytes) = std::fs::read(path) else {
+            return;
+        };
+        let digest = hash(&bytes);
+        if self.hashes.get(path) == Some(&digest) {
+            return;
+        }
+        self.hashes.insert(path.to_owned(), digest);
+        let replacing = self.registry.by_name(name).is_some();
+        match Plugin::load(&self.runtime, name, path) {
+            Ok(plugin) => {
+                let ms = plugin.load_time.as_millis();
+                self.registry.insert(Arc::new(plugin));
+                tracing::info!(
+                    plugin = name,
+                    mount = %display_mount(&prefix_for(name)),
+                    path = %path.display(),
+                    "{} in {ms} ms",
+                    if replacing { "replaced" } else { "loaded" }
+                );
+            }
+            Err(e) if replacing => {
+                tracing::error!(path = %path.display(), "refused: {e}; the previous version keeps serving");
+            }
+            Err(e) => tracing::error!(path = %path.display(), "refused: {e}"),
+        }
+    }
+
+    fn unmount(&mut self, path: &Path) {
+        self.hashes.remove(path);
+        if let Some(name) = plugin_name(path)
+            && self.registry.remove(name)
+        {
+            tracing::info!(plugin = name, path = %path.display(), "unmounted: the file was removed");
+        }
+    }
+}
