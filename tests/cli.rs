@@ -113,3 +113,51 @@ fn crate_target_dir() -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
     exe.parent().unwrap().join("ankh-cli-build-target")
 }
+
+#[test]
+fn check_reports_imports_exports_policy_and_verdict() {
+    let ok = Command::new(ankh_bin())
+        .args([
+            "check",
+            plugins::HELLO,
+            "--cpu-deadline-ms",
+            "750",
+            "--no-cache",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&ok.stdout);
+    assert!(ok.status.success(), "{out}{}", stderr(&ok));
+    for needle in [
+        "plugin:   hello, mounted at /hello",
+        "exports:\n  ankh:plugin/handler@0.1.0\n  ankh:plugin/websocket-handler@0.1.0",
+        "wasi:cli/stdout@0.2",
+        "cpu deadline:  750 ms per call",
+        "verdict:  accepted",
+    ] {
+        assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
+    }
+    let refused = Command::new(ankh_bin())
+        .args(["check", plugins::NOWORLD, "--no-cache"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let out = String::from_utf8_lossy(&refused.stdout);
+    assert!(
+        out.contains("verdict:  refused:")
+            && out.contains("no exported instance named `ankh:plugin/handler@0.1.0`"),
+        "{out}"
+    );
+    assert!(stderr(&refused).contains("would be refused"));
+    let junk = TempDir::new("check");
+    let path = junk.path().join("junk.wasm");
+    std::fs::write(&path, b"nope").unwrap();
+    let refused = Command::new(ankh_bin())
+        .arg("check")
+        .arg(&path)
+        .arg("--no-cache")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stdout).contains("is not a WebAssembly file"));
+}

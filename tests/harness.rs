@@ -33,6 +33,13 @@ pub fn ankh_bin() -> PathBuf {
     bin
 }
 
+/// The compiled-plugin cache every test server shares (under the target directory, so tests
+/// never touch the user's own cache).
+pub fn test_cache_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().join("ankh-test-cache")
+}
+
 /// A fresh, empty directory under the target directory, removed on drop.
 pub struct TempDir(pub PathBuf);
 
@@ -160,6 +167,12 @@ impl TestServer {
             .args(["--listen", "127.0.0.1:0"])
             .arg("--ready-file")
             .arg(&ready)
+            .args(
+                (!options.args.iter().any(|a| a == "--cache-dir"))
+                    .then(|| ["--cache-dir".into(), test_cache_dir().into_os_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(&options.args)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")

@@ -188,3 +188,43 @@ fn a71_websocket_events_go_to_the_new_version_in_order() {
         assert_eq!(ask(&format!("sub:{i}")), format!("sub:{i}"));
     }
 }
+
+#[test]
+fn compiled_plugins_are_cached_outside_the_watched_directory() {
+    let cache = crate::harness::TempDir::new("cache");
+    let cache_arg = cache.path().to_str().unwrap().to_owned();
+    let first = Options::default()
+        .plugin(plugins::HELLO)
+        .arg("--cache-dir")
+        .arg(&cache_arg)
+        .start();
+    assert!(first.log().contains("cached=false"), "{}", first.log());
+    drop(first);
+    assert!(
+        std::fs::read_dir(cache.path()).unwrap().next().is_some(),
+        "nothing cached"
+    );
+    // A restart with the same plugin does not compile it again.
+    let second = Options::default()
+        .plugin(plugins::HELLO)
+        .arg("--cache-dir")
+        .arg(&cache_arg)
+        .start();
+    assert!(second.log().contains("cached=true"), "{}", second.log());
+    assert_eq!(second.get("/hello").1, "Hello, World!");
+    // A cache inside the plugins directory is refused.
+    let dir = crate::harness::TempDir::new("inside");
+    let out = std::process::Command::new(crate::harness::ankh_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--plugins"])
+        .arg(dir.path())
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is inside the plugins directory"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -23,6 +23,21 @@ pub enum Command {
     Serve(ServeArgs),
     /// Build every plugin crate in a directory to NAME.wasm (wasm32-wasip2, release).
     Build(BuildArgs),
+    /// Check that a NAME.wasm would be served: compile and link it against the plugin world,
+    /// and print its imports, its exports and the limits it would run under. Exits non-zero
+    /// with the reason when it would be refused.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The plugin file.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    /// The server configuration whose limits apply (the same flags as `serve`).
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 #[derive(Debug, Args)]
@@ -139,6 +154,16 @@ pub struct ServeArgs {
     /// reload them.
     #[arg(long)]
     pub no_watch: bool,
+
+    /// Where compiled plugins are cached, keyed by content and engine settings, so a restart
+    /// with unchanged plugins does not recompile. Must be outside the plugins directory
+    /// [default: $XDG_CACHE_HOME/ankh or ~/.cache/ankh].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+
+    /// Compile every plugin at load, without the disk cache.
+    #[arg(long)]
+    pub no_cache: bool,
 }
 
 #[derive(Debug, Args)]
@@ -171,6 +196,8 @@ impl ServeArgs {
             workers: self.workers,
             no_pooling: self.no_pooling,
             no_watch: self.no_watch,
+            no_cache: self.no_cache,
+            cache_dir: self.cache_dir,
             ready_file: self.ready_file,
             max_head_bytes: self.max_head_bytes,
             max_headers: self.max_headers,

@@ -28,6 +28,8 @@ pub struct ServeConfig {
     pub pooling: bool,
     /// Watch the plugins directory and hot-reload what changes.
     pub watch: bool,
+    /// Where compiled plugins are cached (`None`: no cache).
+    pub cache_dir: Option<PathBuf>,
     /// Where to write the listening address once the server accepts connections.
     pub ready_file: Option<PathBuf>,
     /// The config file that was read, if any.
@@ -43,6 +45,8 @@ pub struct FileConfig {
     workers: Option<Spanned<u64>>,
     pooling: Option<Spanned<bool>>,
     watch: Option<Spanned<bool>>,
+    cache: Option<Spanned<bool>>,
+    cache_dir: Option<Spanned<PathBuf>>,
     ready_file: Option<Spanned<PathBuf>>,
     #[serde(default)]
     limits: FileLimits,
@@ -85,6 +89,8 @@ pub struct Overrides {
     pub workers: Option<u64>,
     pub no_pooling: bool,
     pub no_watch: bool,
+    pub no_cache: bool,
+    pub cache_dir: Option<PathBuf>,
     pub ready_file: Option<PathBuf>,
     pub max_head_bytes: Option<u64>,
     pub max_headers: Option<u64>,
@@ -152,6 +158,27 @@ impl FileConfig {
         })?;
         Ok((file, text))
     }
+}
+
+/// `$XDG_CACHE_HOME/ankh`, else `$HOME/.cache/ankh`.
+fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("ankh"))
+}
+
+/// Whether `path` is `dir` or below it, comparing absolute paths.
+fn inside(path: &Path, dir: &Path) -> bool {
+    let absolute = |p: &Path| {
+        std::fs::canonicalize(p).unwrap_or_else(|_| {
+            std::env::current_dir()
+                .map(|cwd| cwd.join(p))
+                .unwrap_or_else(|_| p.to_owned())
+        })
+    };
+    absolute(path).starts_with(absolute(dir))
 }
 
 /// Picks a flag over a file value over nothing, remembering which.
@@ -241,6 +268,24 @@ impl ServeConfig {
         )?;
         let pooling = !flags.no_pooling && f.pooling.as_ref().is_none_or(|p| *p.get_ref());
         let watch = !flags.no_watch && f.watch.as_ref().is_none_or(|w| *w.get_ref());
+        let cache_on = !flags.no_cache && f.cache.as_ref().is_none_or(|c| *c.get_ref());
+        let (cache_dir, cache_span) = pick(flags.cache_dir.clone(), f.cache_dir.as_ref());
+        let cache_dir = match cache_dir {
+            Some(dir) => Some(relative_to_file(dir, cache_span.is_some())),
+            None => default_cache_dir(),
+        }
+        .filter(|_| cache_on);
+        if let Some(dir) = &cache_dir
+            && inside(dir, &plugins_dir)
+        {
+            return Err(ConfigError::Value {
+                origin: origin.describe("--cache-dir", "cache_dir", cache_span),
+                message: format!(
+                    "{} is inside the plugins directory; compiled code is never read from the watched directory",
+                    dir.display()
+                ),
+            });
+        }
 
         let l = &f.limits;
         let t = &f.timeouts;
@@ -427,6 +472,7 @@ impl ServeConfig {
             limits,
             pooling,
             watch,
+            cache_dir,
             ready_file,
             source: file.map(|(_, path, _)| path.to_owned()),
         })
@@ -441,6 +487,9 @@ impl ServeConfig {
             workers: usize,
             pooling: bool,
             watch: bool,
+            cache: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cache_dir: Option<&'a Path>,
             #[serde(skip_serializing_if = "Option::is_none")]
             ready_file: Option<&'a Path>,
             limits: OutLimits,
@@ -476,6 +525,8 @@ impl ServeConfig {
             workers: self.workers,
             pooling: self.pooling,
             watch: self.watch,
+            cache: self.cache_dir.is_some(),
+            cache_dir: self.cache_dir.as_deref(),
             ready_file: self.ready_file.as_deref(),
             limits: OutLimits {
                 max_head_bytes: l.max_head_bytes,

@@ -36,6 +36,7 @@ pub mod net;
 
 // The edges: configuration, the command line, loading and building plugins, assembly.
 pub mod builder;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod loader;

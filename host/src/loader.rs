@@ -52,6 +52,7 @@ pub fn load_dir(
                     plugin = %plugin.name,
                     mount = %display_mount(&prefix_for(&plugin.name)),
                     path = %path.display(),
+                    cached = plugin.cached,
                     "loaded in {} ms",
                     plugin.load_time.as_millis()
                 );

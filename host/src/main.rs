@@ -56,6 +56,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Check(args) => {
+            let config = args.serve.into_config()?;
+            let report = ankh::check::check(&args.file, &config)?;
+            print!("{}", report.text);
+            if report.accepted {
+                Ok(())
+            } else {
+                anyhow::bail!("{} would be refused", args.file.display())
+            }
+        }
         Command::Build(args) => {
             let out = args.out.unwrap_or_else(|| args.src.clone());
             let built = ankh::builder::build(&args.src, &out, !args.debug)?;

@@ -181,11 +181,13 @@ impl State {
         match Plugin::load(&self.runtime, name, path) {
             Ok(plugin) => {
                 let ms = plugin.load_time.as_millis();
+                let cached = plugin.cached;
                 self.registry.insert(Arc::new(plugin));
                 tracing::info!(
                     plugin = name,
                     mount = %display_mount(&prefix_for(name)),
                     path = %path.display(),
+                    cached,
                     "{} in {ms} ms",
                     if replacing { "replaced" } else { "loaded" }
                 );

@@ -67,6 +67,7 @@ impl Server {
             memory_bytes: config.limits.guest_memory_bytes,
             cpu_deadline: config.limits.guest_cpu_deadline,
             pooling: config.pooling,
+            cache_dir: config.cache_dir.clone(),
         })
         .context("cannot set up the wasm runtime")?;
         let registry = Arc::new(Registry::default());

@@ -10,7 +10,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use wasmtime::component::{HasSelf, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{
+    Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig,
+};
 
 use super::bindings;
 use super::kv::KvStore;
@@ -28,6 +30,9 @@ pub struct RuntimeConfig {
     pub cpu_deadline: Duration,
     /// Use the pooling instance allocator (falls back to on-demand if it cannot be set up).
     pub pooling: bool,
+    /// Where compiled plugins are cached, keyed by content and engine settings; `None` turns
+    /// the cache off.
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 /// The compilation and linking context shared by every plugin.
@@ -38,6 +43,8 @@ pub struct Runtime {
     pub config: RuntimeConfig,
     /// True when the pooling allocator is in use.
     pub pooling: bool,
+    /// The compiled-code cache, when on.
+    pub cache: Option<Cache>,
     _ticker: EpochTicker,
 }
 
@@ -51,17 +58,38 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
+    /// Compilations answered from the disk cache so far.
+    pub fn cache_hits(&self) -> usize {
+        self.cache.as_ref().map_or(0, Cache::cache_hits)
+    }
+
     pub fn new(config: RuntimeConfig) -> anyhow::Result<Arc<Runtime>> {
+        let cache = match &config.cache_dir {
+            Some(dir) => {
+                let mut cc = CacheConfig::new();
+                cc.with_directory(dir);
+                Some(Cache::new(cc).map_err(|e| {
+                    anyhow::anyhow!("cannot use cache directory {}: {e}", dir.display())
+                })?)
+            }
+            None => None,
+        };
         let (engine, pooling) = if config.pooling {
-            match Engine::new(&engine_config(&config, true)) {
+            match Engine::new(&engine_config(&config, true, cache.clone())) {
                 Ok(engine) => (engine, true),
                 Err(e) => {
                     tracing::warn!("pooling allocator unavailable, allocating on demand: {e}");
-                    (Engine::new(&engine_config(&config, false))?, false)
+                    (
+                        Engine::new(&engine_config(&config, false, cache.clone()))?,
+                        false,
+                    )
                 }
             }
         } else {
-            (Engine::new(&engine_config(&config, false))?, false)
+            (
+                Engine::new(&engine_config(&config, false, cache.clone()))?,
+                false,
+            )
         };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
@@ -73,13 +101,15 @@ impl Runtime {
             kv: KvStore::default(),
             config,
             pooling,
+            cache,
             _ticker: ticker,
         }))
     }
 }
 
-fn engine_config(config: &RuntimeConfig, pooling: bool) -> Config {
+fn engine_config(config: &RuntimeConfig, pooling: bool, cache: Option<Cache>) -> Config {
     let mut c = Config::new();
+    c.cache(cache);
     c.wasm_component_model(true);
     c.epoch_interruption(true);
     c.max_wasm_stack(GUEST_STACK_BYTES);

@@ -25,6 +25,8 @@ pub struct Plugin {
     pub cpu_deadline: Duration,
     /// How long compiling and checking took.
     pub load_time: Duration,
+    /// The compiled code came from the disk cache.
+    pub cached: bool,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -63,6 +65,7 @@ impl Plugin {
     /// `plugin` world, and instantiates it once to prove that it starts.
     pub fn load(runtime: &Runtime, name: &str, path: &Path) -> Result<Plugin, LoadError> {
         let started = Instant::now();
+        let hits_before = runtime.cache_hits();
         let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
             path: path.to_owned(),
             source,
@@ -104,6 +107,7 @@ impl Plugin {
             memory_bytes: runtime.config.memory_bytes,
             cpu_deadline: runtime.config.cpu_deadline,
             load_time: Duration::ZERO,
+            cached: runtime.cache_hits() > hits_before,
         };
         // A start function that traps, or a memory larger than the cap, shows up here rather
         // than on the first request.
