@@ -22,6 +22,8 @@ mod sandbox;
 mod websocket;
 // Hot reload: drop in, replace, delete, under load, across WebSockets: A68-A71.
 mod reload;
+// Per-plugin policy: routes, limits, capabilities, instance modes: A61-A66, A72 per plugin.
+mod policy;
 // The chat example in two headless Chromium pages.
 mod browser;
 // The command line: building plugins, what serve logs.

@@ -12,6 +12,7 @@ use crate::config::ServeConfig;
 use crate::loader::{display_mount, plugin_name};
 use crate::runtime::engine::{Runtime, RuntimeConfig};
 use crate::runtime::plugin::Plugin;
+use crate::runtime::policy::Policy;
 use crate::runtime::registry::prefix_for;
 
 /// The report, and whether the plugin would be served.
@@ -27,6 +28,7 @@ pub fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report> {
         workers: 1,
         memory_bytes: config.limits.guest_memory_bytes,
         cpu_deadline: config.limits.guest_cpu_deadline,
+        max_body_bytes: config.limits.max_body_bytes,
         pooling: false,
         cache_dir: config.cache_dir.clone(),
     })
@@ -69,27 +71,14 @@ pub fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report> {
             let _ = writeln!(text, "  {export}");
         }
     }
-    let limits = &config.limits;
-    let _ = writeln!(text, "policy:");
-    let _ = writeln!(
-        text,
-        "  cpu deadline:  {} ms per call",
-        limits.guest_cpu_deadline.as_millis()
-    );
-    let _ = writeln!(
-        text,
-        "  memory cap:    {} MiB per instance",
-        limits.guest_memory_bytes >> 20
-    );
-    let _ = writeln!(text, "  max body:      {} bytes", limits.max_body_bytes);
-    let _ = writeln!(
-        text,
-        "  instances:     one per worker, reused across requests"
-    );
-    let _ = writeln!(
-        text,
-        "  capabilities:  clocks, random, stdout/stderr (into the log); no filesystem, network or environment"
-    );
+    if let Some(name) = name {
+        match Policy::for_plugin(path, name, &config.limits) {
+            Ok(policy) => describe(&policy, &mut text),
+            Err(e) => {
+                let _ = writeln!(text, "policy:   {}", e.message);
+            }
+        }
+    }
     let accepted = match (name, name.map(|n| Plugin::load(&runtime, n, path))) {
         (Some(_), Some(Ok(plugin))) => {
             let _ = writeln!(
@@ -109,4 +98,74 @@ pub fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report> {
         }
     };
     Ok(Report { text, accepted })
+}
+
+/// The policy in words.
+fn describe(policy: &Policy, text: &mut String) {
+    let from = policy
+        .source
+        .as_ref()
+        .map_or("server defaults".to_owned(), |p| p.display().to_string());
+    let _ = writeln!(text, "policy:   ({from})");
+    let routes: Vec<&str> = policy
+        .routes
+        .iter()
+        .map(|r| {
+            if r.is_empty() {
+                "(fallback)"
+            } else {
+                r.as_str()
+            }
+        })
+        .collect();
+    let _ = writeln!(text, "  routes:        {}", routes.join(", "));
+    let _ = writeln!(
+        text,
+        "  cpu deadline:  {} ms per call",
+        policy.cpu_deadline.as_millis()
+    );
+    let _ = writeln!(
+        text,
+        "  memory cap:    {} MiB per instance",
+        policy.memory_bytes >> 20
+    );
+    let _ = writeln!(text, "  max body:      {} bytes", policy.max_body_bytes);
+    if let Some(n) = policy.max_concurrency {
+        let _ = writeln!(text, "  concurrency:   {n} requests at once");
+    }
+    let mode = match (policy.fresh_instances, policy.recycle_after) {
+        (true, _) => "a fresh instance per request".to_owned(),
+        (false, Some(n)) => format!("one per worker, replaced after {n} calls"),
+        (false, None) => "one per worker, reused across requests".to_owned(),
+    };
+    let _ = writeln!(text, "  instances:     {mode}");
+    let _ = writeln!(
+        text,
+        "  capabilities:  clocks, random, stdout/stderr (into the log)"
+    );
+    for (name, _) in &policy.env {
+        let _ = writeln!(text, "                 env {name}");
+    }
+    for dir in &policy.dirs {
+        let rw = if dir.writable {
+            "read-write"
+        } else {
+            "read-only"
+        };
+        let _ = writeln!(
+            text,
+            "                 dir {} as {} ({rw})",
+            dir.host.display(),
+            dir.guest
+        );
+    }
+    for addr in &policy.network {
+        let _ = writeln!(text, "                 tcp to {addr}");
+    }
+    if policy.env.is_empty() && policy.dirs.is_empty() && policy.network.is_empty() {
+        let _ = writeln!(
+            text,
+            "                 no filesystem, network or environment"
+        );
+    }
 }

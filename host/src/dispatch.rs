@@ -91,6 +91,13 @@ impl Dispatcher {
         })
     }
 
+    /// The body limit of the plugin that serves `path`, if it is lower than the server's.
+    pub fn body_limit(&self, path: &str) -> Option<u64> {
+        self.registry
+            .route(path)
+            .map(|m| m.plugin.policy.max_body_bytes)
+    }
+
     /// Requests waiting for a worker.
     pub fn queued(&self) -> usize {
         self.pool.queued()
@@ -113,6 +120,16 @@ impl Dispatcher {
             });
         };
         let name_for_log = mount.plugin.name.clone();
+        let Some(slot) = mount.plugin.try_enter() else {
+            return Err(Immediate {
+                status: 503,
+                message: format!(
+                    "plugin `{}` is handling as many requests as its policy allows",
+                    mount.plugin.name
+                ),
+                retry_after: Some(RETRY_AFTER_SECS),
+            });
+        };
         let request_id = self.next_request_id;
         self.next_request_id += 1;
         let job = Box::new(Job::Request(RequestJob {
@@ -124,6 +141,7 @@ impl Dispatcher {
             head,
             body,
             remote,
+            slot,
         }));
         self.pool.submit(job).map_err(|Busy(_)| {
             tracing::warn!(plugin = %name_for_log, "worker queue full: answering 503");

@@ -43,6 +43,8 @@ pub struct RequestJob {
     pub head: RequestHead,
     pub body: Vec<u8>,
     pub remote: SocketAddr,
+    /// The plugin's concurrency slot, held until the request is handled.
+    pub slot: Option<crate::runtime::plugin::InFlight>,
 }
 
 /// One event of a WebSocket connection. The I/O thread hands a connection's events out one

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::runtime::engine::Runtime;
 use crate::runtime::plugin::Plugin;
-use crate::runtime::registry::{Registry, prefix_for};
+use crate::runtime::registry::Registry;
 
 /// The plugin name for a path, if it is a `.wasm` file with a usable name.
 pub fn plugin_name(path: &Path) -> Option<&str> {
@@ -50,7 +50,7 @@ pub fn load_dir(
             Ok(plugin) => {
                 tracing::info!(
                     plugin = %plugin.name,
-                    mount = %display_mount(&prefix_for(&plugin.name)),
+                    mount = %mounts(&plugin.policy.routes),
                     path = %path.display(),
                     cached = plugin.cached,
                     "loaded in {} ms",
@@ -68,6 +68,15 @@ pub fn load_dir(
         outcomes.push(Loaded { path, result });
     }
     Ok(outcomes)
+}
+
+/// A plugin's mounts for the log: `/hello`, `/a,/b`, `/ (fallback)`.
+pub fn mounts(routes: &[String]) -> String {
+    routes
+        .iter()
+        .map(|r| display_mount(r))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `/hello`, or `/` for the index plugin.

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Context;
 use notify::{RecursiveMode, Watcher};
 
-use crate::loader::{display_mount, plugin_name};
+use crate::loader::plugin_name;
 use crate::runtime::engine::Runtime;
 use crate::runtime::plugin::Plugin;
-use crate::runtime::registry::{Registry, prefix_for};
+use crate::runtime::registry::Registry;
 
 /// How long a file must be quiet (no events, same size and time) before it is loaded.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -47,8 +47,8 @@ struct Pending {
     seen: Option<(u64, SystemTime)>,
 }
 
-/// Starts watching `dir`. `loaded` holds the content hash of each file already loaded at start,
-/// so an event that changes nothing does not reload it.
+/// Starts watching `dir`. The content hash of each plugin mounted at start is remembered, so an
+/// event that changes nothing does not reload it.
 pub fn watch(
     runtime: Arc<Runtime>,
     registry: Arc<Registry>,
@@ -72,9 +72,13 @@ pub fn watch(
                 pending: HashMap::new(),
                 hashes: HashMap::new(),
             };
+            // Plugins refused at start get no hash: any event retries them.
             for path in plugin_paths(&dir) {
-                if let Ok(bytes) = std::fs::read(&path) {
-                    state.hashes.insert(path, hash(&bytes));
+                let mounted =
+                    plugin_name(&path).is_some_and(|n| state.registry.by_name(n).is_some());
+                if let (true, Ok(bytes)) = (mounted, std::fs::read(&path)) {
+                    let digest = hash(&path, &bytes);
+                    state.hashes.insert(path, digest);
                 }
             }
             state.run(&rx);
@@ -97,9 +101,11 @@ fn plugin_paths(dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-fn hash(bytes: &[u8]) -> u64 {
+/// The identity of a plugin version: its code and its policy file.
+fn hash(wasm: &Path, bytes: &[u8]) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     bytes.hash(&mut h);
+    std::fs::read(wasm.with_extension("toml")).ok().hash(&mut h);
     h.finish()
 }
 
@@ -118,6 +124,12 @@ impl State {
                 Ok(Ok(event)) => {
                     let now = Instant::now();
                     for path in event.paths {
+                        // A policy file stands for its plugin: changing it reloads the plugin.
+                        let path = if path.extension().is_some_and(|e| e == "toml") {
+                            path.with_extension("wasm")
+                        } else {
+                            path
+                        };
                         if plugin_name(&path).is_some() {
                             self.pending.entry(path).or_default().last_event = Some(now);
                         }
@@ -172,7 +184,7 @@ impl State {
         let Ok(bytes) = std::fs::read(path) else {
             return;
         };
-        let digest = hash(&bytes);
+        let digest = hash(path, &bytes);
         if self.hashes.get(path) == Some(&digest) {
             return;
         }
@@ -182,10 +194,11 @@ impl State {
             Ok(plugin) => {
                 let ms = plugin.load_time.as_millis();
                 let cached = plugin.cached;
+                let mount = crate::loader::mounts(&plugin.policy.routes);
                 self.registry.insert(Arc::new(plugin));
                 tracing::info!(
                     plugin = name,
-                    mount = %display_mount(&prefix_for(name)),
+                    mount = %mount,
                     path = %path.display(),
                     cached,
                     "{} in {ms} ms",
@@ -195,7 +208,12 @@ impl State {
             Err(e) if replacing => {
                 tracing::error!(path = %path.display(), "refused: {e}; the previous version keeps serving");
             }
-            Err(e) => tracing::error!(path = %path.display(), "refused: {e}"),
+            Err(e) => {
+                // Not mounted: the next event retries it, even with the same content (a
+                // granted directory may have appeared meanwhile).
+                self.hashes.remove(path);
+                tracing::error!(path = %path.display(), "refused: {e}");
+            }
         }
     }
 

@@ -66,6 +66,7 @@ impl Server {
             workers: config.workers,
             memory_bytes: config.limits.guest_memory_bytes,
             cpu_deadline: config.limits.guest_cpu_deadline,
+            max_body_bytes: config.limits.max_body_bytes,
             pooling: config.pooling,
             cache_dir: config.cache_dir.clone(),
         })

@@ -535,6 +535,18 @@ impl<S: Transport> Conn<S> {
                     Status::Complete(head, used) => (head, used),
                 };
                 self.rbuf.drain(..used);
+                // The plugin's own body limit, when lower than the server's.
+                let max_body = ctx
+                    .dispatcher
+                    .body_limit(&head.path)
+                    .map_or(ctx.limits.max_body_bytes, |l| {
+                        l.min(ctx.limits.max_body_bytes)
+                    });
+                if let Framing::Length(n) = head.framing
+                    && n > max_body
+                {
+                    return Err(ProtoError::BodyTooLarge);
+                }
                 match head.framing {
                     Framing::Empty => self.dispatch(head, Vec::new(), ctx),
                     Framing::Length(n) => {
@@ -554,7 +566,7 @@ impl<S: Transport> Conn<S> {
                         }
                         self.state = State::Body {
                             head,
-                            decoder: BodyDecoder::chunked(ctx.limits.max_body_bytes),
+                            decoder: BodyDecoder::chunked(max_body),
                             body: Vec::new(),
                         };
                     }

@@ -120,8 +120,15 @@ impl Worker {
                 return;
             }
         };
+        let mut job = job;
+        let slot = job.slot.take();
         let request = to_wit(job);
         let (result, mut call) = instance.handle_request(&request, call);
+        // Instance modes: a fresh instance per request, or a bounded number of calls each.
+        let policy = &plugin.policy;
+        if policy.fresh_instances || policy.recycle_after.is_some_and(|n| instance.calls >= n) {
+            self.instances.remove(&plugin.name);
+        }
         match result {
             Ok(types::Outcome::Respond(response)) => {
                 let headers: Vec<_> = response
@@ -153,6 +160,7 @@ impl Worker {
                 call.respond_error(failure.error.status(), &message);
             }
         }
+        drop(slot);
         self.buf = call.into_buffer();
     }
 

@@ -28,6 +28,8 @@ pub struct RuntimeConfig {
     pub memory_bytes: usize,
     /// The CPU time one call may use.
     pub cpu_deadline: Duration,
+    /// The largest request body (plugins may lower it).
+    pub max_body_bytes: u64,
     /// Use the pooling instance allocator (falls back to on-demand if it cannot be set up).
     pub pooling: bool,
     /// Where compiled plugins are cached, keyed by content and engine settings; `None` turns

@@ -4,6 +4,7 @@
 //!
 //! - [`engine`]: the wasmtime `Engine` and `Linker`, the pooling allocator, the epoch ticker;
 //! - [`plugin`]: a compiled, pre-instantiated plugin and its load errors;
+//! - [`policy`]: what one plugin may do and use (its `NAME.toml`);
 //! - [`registry`]: which plugin serves which path;
 //! - [`instance`]: a live instance held by one worker, and one call on it under limits;
 //! - [`state`]: the store data and the host side of the WIT imports;
@@ -17,6 +18,7 @@ pub mod engine;
 pub mod instance;
 pub mod kv;
 pub mod plugin;
+pub mod policy;
 pub mod registry;
 pub mod state;
 pub mod stdio;

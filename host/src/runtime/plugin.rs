@@ -12,7 +12,9 @@ use wasmtime::component::Component;
 use super::bindings::PluginPre;
 use super::engine::Runtime;
 use super::kv::Namespace;
+use super::policy::Policy;
 use super::state::{HostState, WsLink};
+use crate::limits::Limits;
 
 /// A loaded plugin. Immutable: a new version of the file is a new `Plugin`.
 pub struct Plugin {
@@ -23,6 +25,10 @@ pub struct Plugin {
     pub(crate) kv: Arc<Namespace>,
     pub memory_bytes: usize,
     pub cpu_deadline: Duration,
+    /// What this plugin may do and use.
+    pub policy: Policy,
+    /// Requests of this version being handled now (for `max_concurrency`).
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
     /// How long compiling and checking took.
     pub load_time: Duration,
     /// The compiled code came from the disk cache.
@@ -58,6 +64,18 @@ pub enum LoadError {
     World { path: PathBuf, reason: String },
     #[error("{path} fails to instantiate: {reason}")]
     Instantiate { path: PathBuf, reason: String },
+    #[error("{0}")]
+    Policy(String),
+}
+
+/// Holds one of a plugin's `max_concurrency` slots until dropped.
+#[derive(Debug)]
+pub struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 impl Plugin {
@@ -65,6 +83,14 @@ impl Plugin {
     /// `plugin` world, and instantiates it once to prove that it starts.
     pub fn load(runtime: &Runtime, name: &str, path: &Path) -> Result<Plugin, LoadError> {
         let started = Instant::now();
+        let server = Limits {
+            guest_cpu_deadline: runtime.config.cpu_deadline,
+            guest_memory_bytes: runtime.config.memory_bytes,
+            max_body_bytes: runtime.config.max_body_bytes,
+            ..Limits::default()
+        };
+        let policy =
+            Policy::for_plugin(path, name, &server).map_err(|e| LoadError::Policy(e.message))?;
         let hits_before = runtime.cache_hits();
         let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
             path: path.to_owned(),
@@ -104,8 +130,10 @@ impl Plugin {
             name,
             path: path.to_owned(),
             pre,
-            memory_bytes: runtime.config.memory_bytes,
-            cpu_deadline: runtime.config.cpu_deadline,
+            memory_bytes: policy.memory_bytes,
+            cpu_deadline: policy.cpu_deadline,
+            policy,
+            in_flight: Arc::default(),
             load_time: Duration::ZERO,
             cached: runtime.cache_hits() > hits_before,
         };
@@ -123,15 +151,24 @@ impl Plugin {
         })
     }
 
+    /// Takes one of the plugin's concurrency slots, or `None` when all are in use.
+    pub fn try_enter(&self) -> Option<Option<InFlight>> {
+        let Some(max) = self.policy.max_concurrency else {
+            return Some(None);
+        };
+        let now = self
+            .in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let guard = InFlight(self.in_flight.clone());
+        if now >= max {
+            return None;
+        }
+        Some(Some(guard))
+    }
+
     /// A fresh store for this plugin, with its limits armed.
     pub(crate) fn new_store(&self, ws: Option<WsLink>) -> Store<HostState> {
-        let state = HostState::new(
-            self.name.clone(),
-            self.kv.clone(),
-            self.memory_bytes,
-            self.cpu_deadline,
-            ws,
-        );
+        let state = HostState::new(self.name.clone(), self.kv.clone(), &self.policy, ws);
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|s| &mut s.memory);
         store.epoch_deadline_callback(|mut ctx| {

@@ -49,16 +49,21 @@ impl Registry {
             .clone()
     }
 
-    /// Mounts `plugin` at the prefix its name implies, replacing any plugin of the same name.
+    /// Mounts `plugin` at the prefixes of its policy (`/NAME` by default), replacing any
+    /// plugin of the same name.
     pub fn insert(&self, plugin: Arc<Plugin>) {
-        let prefix = prefix_for(&plugin.name);
         let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
         let mut next: Vec<Mount> = table
             .iter()
             .filter(|m| m.plugin.name != plugin.name)
             .cloned()
             .collect();
-        next.push(Mount { prefix, plugin });
+        for route in &plugin.policy.routes {
+            next.push(Mount {
+                prefix: Arc::from(route.as_str()),
+                plugin: plugin.clone(),
+            });
+        }
         // Longest prefix first, so the first match is the most specific one.
         next.sort_by(|a, b| {
             b.prefix

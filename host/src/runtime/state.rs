@@ -9,12 +9,14 @@ use std::time::Duration;
 
 use cpu_time::ThreadTime;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::sockets::SocketAddrUse;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::ankh::plugin::{http, kv, log, types, websocket};
 use super::bindings::types::{ConnectionId, KvError, LogLevel, Message, RespondError, WsError};
 use super::call::CallContext;
 use super::kv::Namespace;
+use super::policy::Policy;
 use super::stdio::{GuestOutput, LogTags};
 use crate::hub::{Hub, SubscribeError};
 use crate::job::{Reply, ReplyTx, WsMessage};
@@ -42,21 +44,41 @@ pub struct HostState {
 }
 
 impl HostState {
-    pub fn new(
-        plugin: Arc<str>,
-        kv: Arc<Namespace>,
-        memory_bytes: usize,
-        cpu_deadline: Duration,
-        ws: Option<WsLink>,
-    ) -> Self {
+    pub fn new(plugin: Arc<str>, kv: Arc<Namespace>, policy: &Policy, ws: Option<WsLink>) -> Self {
         let tags = LogTags::new(plugin);
-        let wasi = WasiCtxBuilder::new()
+        let (memory_bytes, cpu_deadline) = (policy.memory_bytes, policy.cpu_deadline);
+        let mut builder = WasiCtxBuilder::new();
+        builder
             .stdout(GuestOutput::stdout(tags.clone()))
             .stderr(GuestOutput::stderr(tags.clone()))
-            .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
-            .build();
+            .envs(&policy.env);
+        for dir in &policy.dirs {
+            let perms = if dir.writable {
+                FsPerms::ReadWrite
+            } else {
+                FsPerms::ReadOnly
+            };
+            if let Err(e) = builder.preopened_dir(&dir.host, &dir.guest, perms) {
+                tracing::warn!(plugin = %tags.plugin, dir = %dir.host.display(), "cannot grant directory: {e}");
+            }
+        }
+        // Outbound TCP only to the addresses the policy lists; none by default.
+        let allowed: Arc<[std::net::SocketAddr]> = policy.network.clone().into();
+        builder.allow_tcp(!allowed.is_empty());
+        builder.socket_addr_check(move |addr, use_| {
+            let ok = match use_ {
+                SocketAddrUse::TcpConnect => allowed.contains(&addr),
+                // The implicit bind of an outgoing connection (wildcard address, any port).
+                SocketAddrUse::TcpBind => {
+                    !allowed.is_empty() && addr.ip().is_unspecified() && addr.port() == 0
+                }
+                _ => false,
+            };
+            Box::pin(async move { ok })
+        });
+        let wasi = builder.build();
         HostState {
             wasi,
             table: ResourceTable::new(),

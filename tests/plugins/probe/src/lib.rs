@@ -20,6 +20,7 @@
 //! - `/probe/kv?key=K&delta=D`: `kv::increment(K, D)` (D defaults to 1), returns the new value
 //! - `/probe/env?name=N`: the environment variable N, or `absent`
 //! - `/probe/file?path=P`: `read <len>` or `error <message>` (200 either way)
+//! - `/probe/write?path=P`: `wrote` or `error <message>` (200 either way)
 //! - `/probe/connect?addr=A`: `connected` or `error <message>` (200 either way)
 
 use std::str::FromStr;
@@ -164,6 +165,15 @@ fn env(req: &Request) -> String {
     std::env::var(name).unwrap_or_else(|_| "absent".to_owned())
 }
 
+/// `/probe/write?path=P`: tries to create P with the content `written`.
+fn write(req: &Request) -> String {
+    let path = req.query_param("path").unwrap_or_default();
+    match std::fs::write(&path, "written") {
+        Ok(()) => "wrote".to_owned(),
+        Err(e) => format!("error {e}"),
+    }
+}
+
 fn file(req: &Request) -> String {
     let path = req.query_param("path").unwrap_or_default();
     match std::fs::read_to_string(path) {
@@ -207,6 +217,7 @@ fn router() -> Router {
         .get("/kv", counted(kv_increment))
         .get("/env", counted(env))
         .get("/file", counted(file))
+        .get("/write", counted(write))
         .get("/connect", counted(connect))
 }
 
