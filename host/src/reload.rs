@@ -5,7 +5,8 @@
 //!
 //! Writers rarely write atomically, so events are debounced: a file is looked at only once it
 //! has been quiet for [`DEBOUNCE`] and its size and modification time held still across that
-//! time. A burst of writes coalesces to its final state. A file that fails to compile, link or
+//! time. A burst of writes coalesces to its final state. A file renamed into place is complete
+//! by construction and is loaded at once. A file that fails to compile, link or
 //! instantiate is refused with the reason, and the previous version keeps serving.
 
 use std::collections::HashMap;
@@ -17,7 +18,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
-use notify::{RecursiveMode, Watcher};
+use notify::event::{ModifyKind, RenameMode};
+use notify::{EventKind, RecursiveMode, Watcher};
 
 use crate::loader::plugin_name;
 use crate::runtime::engine::Runtime;
@@ -90,6 +92,12 @@ pub fn watch(
     })
 }
 
+/// Size and modification time, to tell whether a writer is still at work.
+fn stat(path: &Path) -> Option<(u64, SystemTime)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH)))
+}
+
 fn plugin_paths(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
         .map(|entries| {
@@ -123,6 +131,11 @@ impl State {
             match rx.recv_timeout(DEBOUNCE / 2) {
                 Ok(Ok(event)) => {
                     let now = Instant::now();
+                    // A file renamed into place is complete: no need to wait for it to settle.
+                    let renamed_in = matches!(
+                        event.kind,
+                        EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both))
+                    );
                     for path in event.paths {
                         // A policy file stands for its plugin: changing it reloads the plugin.
                         let path = if path.extension().is_some_and(|e| e == "toml") {
@@ -131,7 +144,12 @@ impl State {
                             path
                         };
                         if plugin_name(&path).is_some() {
-                            self.pending.entry(path).or_default().last_event = Some(now);
+                            let entry = self.pending.entry(path.clone()).or_default();
+                            entry.last_event = Some(now);
+                            if renamed_in {
+                                entry.last_event = None;
+                                entry.seen = stat(&path);
+                            }
                         }
                     }
                 }

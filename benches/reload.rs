@@ -1,0 +1,216 @@
+//! Hot-reload figures (`cargo bench -p benches --bench reload`, after
+//! `cargo build --release -p ankh`), each with a baseline measured in the same run:
+//!
+//! 1. From renaming a plugin (about 100 KB) into the plugins directory to the first response
+//!    from it, with a cold cache. Baseline: compiling the same file in this process
+//!    (`Component::new`), the work a reload cannot avoid.
+//! 2. Start-up with 10 plugins: from spawning `ankh serve` to the first served request, with
+//!    a warm cache against a cold one.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PLUGINS: [&str; 4] = ["echo", "todo", "chat", "bench"];
+const ROUNDS: usize = 5;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn build_plugins() -> PathBuf {
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+        ])
+        .arg(root().join("plugins/Cargo.toml"))
+        .status()
+        .expect("cargo");
+    assert!(status.success(), "building the example plugins failed");
+    root().join("plugins/target/wasm32-wasip2/release")
+}
+
+struct Server {
+    child: Child,
+    addr: std::net::SocketAddr,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts ankh on `dir` and returns once the ready file names its address.
+fn serve(dir: &Path, cache: &Path) -> (Server, Duration) {
+    let bin = root().join("target/release/ankh");
+    assert!(
+        bin.is_file(),
+        "{} is missing: cargo build --release -p ankh",
+        bin.display()
+    );
+    let ready = dir.with_extension("ready");
+    let _ = std::fs::remove_file(&ready);
+    let started = Instant::now();
+    let child = Command::new(bin)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "4",
+            "--plugins",
+        ])
+        .arg(dir)
+        .arg("--ready-file")
+        .arg(&ready)
+        .arg("--cache-dir")
+        .arg(cache)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = loop {
+        if let Ok(text) = std::fs::read_to_string(&ready) {
+            if let Ok(addr) = text.trim().parse() {
+                break addr;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "ankh did not start"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    (Server { child, addr }, started.elapsed())
+}
+
+/// GETs `path` until it answers 200; returns when it did.
+fn until_ok(addr: std::net::SocketAddr, path: &str, deadline: Duration) -> Instant {
+    use std::io::{Read, Write};
+    let started = Instant::now();
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+            let _ = write!(
+                s,
+                "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+            );
+            let mut reply = String::new();
+            let _ = s.read_to_string(&mut reply);
+            if reply.starts_with("HTTP/1.1 200") {
+                return Instant::now();
+            }
+        }
+        assert!(started.elapsed() < deadline, "{path} never answered 200");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ankh-reload-bench-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn main() {
+    let built = build_plugins();
+    let engine = {
+        let mut c = wasmtime::Config::new();
+        c.wasm_component_model(true).epoch_interruption(true);
+        wasmtime::Engine::new(&c).unwrap()
+    };
+
+    // 1. Rename to first response, cold cache, against compiling alone.
+    println!(
+        "| plugin | size | rename → first response (median of {ROUNDS}) | compile alone | ratio |"
+    );
+    println!("|---|---|---|---|---|");
+    for name in PLUGINS {
+        let wasm = built.join(format!("{name}.wasm"));
+        let size = std::fs::metadata(&wasm).unwrap().len();
+        let mut reloads = Vec::new();
+        let mut compiles = Vec::new();
+        for round in 0..ROUNDS {
+            let dir = scratch(&format!("{name}-{round}"));
+            let cache = scratch(&format!("{name}-{round}-cache"));
+            let (server, _) = serve(&dir, &cache);
+            let tmp = dir.join(format!(".{name}.tmp"));
+            std::fs::copy(&wasm, &tmp).unwrap();
+            let started = Instant::now();
+            std::fs::rename(&tmp, dir.join(format!("{name}.wasm"))).unwrap();
+            let path = if name == "todo" {
+                "/todo/items".to_owned()
+            } else {
+                format!("/{name}")
+            };
+            let answered = until_ok(server.addr, &path, Duration::from_secs(30));
+            reloads.push(answered - started);
+            drop(server);
+            let bytes = std::fs::read(&wasm).unwrap();
+            let t = Instant::now();
+            wasmtime::component::Component::new(&engine, &bytes).unwrap();
+            compiles.push(t.elapsed());
+            let _ = std::fs::remove_dir_all(&dir);
+            let _ = std::fs::remove_dir_all(&cache);
+        }
+        reloads.sort();
+        compiles.sort();
+        let (r, c) = (reloads[ROUNDS / 2], compiles[ROUNDS / 2]);
+        println!(
+            "| {name} | {} KB | {:.0} ms | {:.0} ms | {:.2} |",
+            size / 1000,
+            r.as_secs_f64() * 1000.0,
+            c.as_secs_f64() * 1000.0,
+            r.as_secs_f64() / c.as_secs_f64()
+        );
+    }
+
+    // 2. Start-up with 10 plugins: warm cache against cold.
+    let dir = scratch("ten");
+    for i in 0..10 {
+        let src = built.join(format!("{}.wasm", PLUGINS[i % PLUGINS.len()]));
+        std::fs::copy(src, dir.join(format!("p{i}.wasm"))).unwrap();
+    }
+    let cache = scratch("ten-cache");
+    let mut cold = Vec::new();
+    let mut warm = Vec::new();
+    for round in 0..ROUNDS {
+        let _ = std::fs::remove_dir_all(&cache);
+        let t = Instant::now();
+        let (server, _) = serve(&dir, &cache);
+        cold.push(until_ok(server.addr, "/p0/x", Duration::from_secs(60)) - t);
+        drop(server);
+        // The cache is now warm.
+        let t = Instant::now();
+        let (server, _) = serve(&dir, &cache);
+        warm.push(until_ok(server.addr, "/p0/x", Duration::from_secs(60)) - t);
+        drop(server);
+        let _ = round;
+    }
+    cold.sort();
+    warm.sort();
+    let (c, w) = (cold[ROUNDS / 2], warm[ROUNDS / 2]);
+    println!();
+    println!(
+        "| start-up with 10 plugins, spawn → first response (median of {ROUNDS}) | warm cache | cold cache | ratio |"
+    );
+    println!("|---|---|---|---|");
+    println!(
+        "| `ankh serve` | {:.0} ms | {:.0} ms | {:.2} |",
+        w.as_secs_f64() * 1000.0,
+        c.as_secs_f64() * 1000.0,
+        w.as_secs_f64() / c.as_secs_f64()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&cache);
+}
