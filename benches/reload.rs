@@ -80,10 +80,11 @@ fn serve(dir: &Path, cache: &Path) -> (Server, Duration) {
         .spawn()
         .unwrap();
     let addr = loop {
-        if let Ok(text) = std::fs::read_to_string(&ready) {
-            if let Ok(addr) = text.trim().parse() {
-                break addr;
-            }
+        if let Some(addr) = std::fs::read_to_string(&ready)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+        {
+            break addr;
         }
         assert!(
             started.elapsed() < Duration::from_secs(60),
@@ -184,7 +185,7 @@ fn main() {
     let cache = scratch("ten-cache");
     let mut cold = Vec::new();
     let mut warm = Vec::new();
-    for round in 0..ROUNDS {
+    for _ in 0..ROUNDS {
         let _ = std::fs::remove_dir_all(&cache);
         let t = Instant::now();
         let (server, _) = serve(&dir, &cache);
@@ -195,7 +196,6 @@ fn main() {
         let (server, _) = serve(&dir, &cache);
         warm.push(until_ok(server.addr, "/p0/x", Duration::from_secs(60)) - t);
         drop(server);
-        let _ = round;
     }
     cold.sort();
     warm.sort();
