@@ -161,3 +161,51 @@ fn check_reports_imports_exports_policy_and_verdict() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stdout).contains("is not a WebAssembly file"));
 }
+
+#[test]
+fn access_log_lines_and_json_logs() {
+    let s = Options::default().plugin(plugins::HELLO).start();
+    assert_eq!(s.get("/hello").0, 200);
+    assert_eq!(s.get("/nowhere").0, 404);
+    let log = s.wait_for_log("GET /nowhere 404");
+    let line = log
+        .lines()
+        .find(|l| l.contains("GET /hello 200"))
+        .expect("access line");
+    for field in [
+        "ankh::access",
+        "remote=127.0.0.1:",
+        "method=GET",
+        "path=/hello",
+        "status=200",
+        "bytes=",
+        "duration_us=",
+        "plugin=hello",
+        "request=",
+    ] {
+        assert!(line.contains(field), "{field} missing in {line}");
+    }
+    drop(s);
+
+    let quiet = Options::default()
+        .plugin(plugins::HELLO)
+        .arg("--no-access-log")
+        .start_with_env("RUST_LOG", None);
+    assert_eq!(quiet.get("/hello").0, 200);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(!quiet.log().contains("ankh::access"), "{}", quiet.log());
+    drop(quiet);
+
+    let json = Options::default()
+        .plugin(plugins::HELLO)
+        .arg("--log-format")
+        .arg("json")
+        .start();
+    assert_eq!(json.get("/hello").0, 200);
+    let log = json.wait_for_log("\"status\":200");
+    let line = log.lines().find(|l| l.contains("\"status\":200")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(line).expect("a JSON log line");
+    assert_eq!(v["target"], "ankh::access");
+    assert_eq!(v["fields"]["path"], "/hello");
+    assert_eq!(v["fields"]["plugin"], "hello");
+}

@@ -15,7 +15,7 @@ pub mod plugins {
 }
 
 /// How long any single wait in a test may take before the test fails (never a pass condition).
-pub const PATIENCE: Duration = Duration::from_secs(30);
+pub const PATIENCE: Duration = Duration::from_secs(60);
 
 /// The `ankh` binary of this build (`target/<profile>/ankh`).
 pub fn ankh_bin() -> PathBuf {
@@ -88,6 +88,8 @@ pub struct Options {
     pub args: Vec<String>,
     /// Run the server under `ulimit -n` of this many file descriptors.
     pub fd_limit: Option<u32>,
+    /// `RUST_LOG` for the server (`None`: unset, so the server's own default applies).
+    pub rust_log: Option<Option<String>>,
 }
 
 impl Options {
@@ -129,6 +131,12 @@ impl Options {
     pub fn start(self) -> TestServer {
         TestServer::start_with(self)
     }
+
+    /// Starts with `RUST_LOG` set to `value`, or unset.
+    pub fn start_with_env(mut self, _name: &str, value: Option<&str>) -> TestServer {
+        self.rust_log = Some(value.map(str::to_owned));
+        TestServer::start_with(self)
+    }
 }
 
 impl TestServer {
@@ -160,7 +168,7 @@ impl TestServer {
             }
             None => Command::new(ankh_bin()),
         };
-        let mut child = command
+        command
             .arg("serve")
             .arg("--plugins")
             .arg(dir.path())
@@ -174,13 +182,22 @@ impl TestServer {
                     .flatten(),
             )
             .args(&options.args)
-            .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting ankh");
+            .stderr(Stdio::piped());
+        match &options.rust_log {
+            None => {
+                command.env("RUST_LOG", "info");
+            }
+            Some(Some(value)) => {
+                command.env("RUST_LOG", value);
+            }
+            Some(None) => {
+                command.env_remove("RUST_LOG");
+            }
+        }
+        let mut child = command.spawn().expect("starting ankh");
         let log = Arc::new(Mutex::new(String::new()));
         for stream in [
             Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,

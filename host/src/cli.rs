@@ -51,6 +51,15 @@ pub struct ServeArgs {
     #[arg(long)]
     pub print_config: bool,
 
+    /// Log format on stderr: `text` (one readable line per event) or `json` (one JSON object
+    /// per line). The level comes from RUST_LOG [default: info].
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+
+    /// Do not write an access-log line per request (target `ankh::access`).
+    #[arg(long)]
+    pub no_access_log: bool,
+
     /// Directory of plugins: each NAME.wasm directly inside is served at /NAME, and
     /// index.wasm serves every path no other plugin matches [default: plugins].
     #[arg(long, short = 'p', value_name = "DIR")]

@@ -141,6 +141,7 @@ impl Dispatcher {
             head,
             body,
             remote,
+            received: std::time::Instant::now(),
             slot,
         }));
         self.pool.submit(job).map_err(|Busy(_)| {

@@ -43,6 +43,8 @@ pub struct RequestJob {
     pub head: RequestHead,
     pub body: Vec<u8>,
     pub remote: SocketAddr,
+    /// When the request was complete, for the access log's duration.
+    pub received: std::time::Instant,
     /// The plugin's concurrency slot, held until the request is handled.
     pub slot: Option<crate::runtime::plugin::InFlight>,
 }

@@ -29,6 +29,7 @@ use crate::proto::body::BodyDecoder;
 use crate::proto::request::{self, Framing, RequestHead};
 use crate::proto::response::{self, RequestMeta};
 use crate::proto::{ProtoError, Status, Version};
+use crate::runtime::call::Access;
 
 /// Buffer capacity a connection keeps once its buffers are empty.
 const IDLE_BUFFER_BYTES: usize = 16 * 1024;
@@ -596,6 +597,12 @@ impl<S: Transport> Conn<S> {
     /// server is draining.
     fn dispatch(&mut self, head: RequestHead, body: Vec<u8>, ctx: &mut Ctx<'_>) {
         let (version, is_head, keep_alive) = (head.version, head.is_head(), head.keep_alive);
+        let access = Access {
+            remote: self.peer,
+            method: head.method.clone(),
+            path: head.path.clone(),
+            received: Instant::now(),
+        };
         self.state = State::Waiting;
         if ctx.draining {
             let immediate = Immediate {
@@ -603,6 +610,7 @@ impl<S: Transport> Conn<S> {
                 message: "the server is shutting down".to_owned(),
                 retry_after: None,
             };
+            access.log(immediate.status, 0, "-", "-");
             self.answer(&immediate, version, is_head, false);
             return;
         }
@@ -610,6 +618,7 @@ impl<S: Transport> Conn<S> {
             .dispatcher
             .dispatch(self.id, self.seq, head, body, self.peer)
         {
+            access.log(immediate.status, 0, "-", "-");
             self.answer(&immediate, version, is_head, keep_alive);
         }
     }
@@ -645,6 +654,13 @@ impl<S: Transport> Conn<S> {
     /// Answers a protocol error and closes: the framing of what follows cannot be trusted.
     fn fail(&mut self, e: ProtoError) {
         tracing::debug!(conn = ?self.id, peer = %self.peer, "protocol error: {e}");
+        let access = Access {
+            remote: self.peer,
+            method: "-".to_owned(),
+            path: "-".to_owned(),
+            received: Instant::now(),
+        };
+        access.log(e.status(), 0, "-", "-");
         self.rbuf.clear();
         let req = RequestMeta {
             version: Version::Http11,

@@ -11,7 +11,7 @@ use crate::hub::Hub;
 use crate::job::{EventJob, Job, Reply, ReplyTx, RequestJob};
 use crate::proto::{Version, header, ws};
 use crate::runtime::bindings::types;
-use crate::runtime::call::{CallContext, Origin};
+use crate::runtime::call::{Access, CallContext, Origin};
 use crate::runtime::instance::{Failure, Instance};
 use crate::runtime::plugin::Plugin;
 use crate::runtime::state::WsLink;
@@ -216,6 +216,7 @@ impl Worker {
         let ws_id = self.hub.open();
         let (conn, seq) = call.conn();
         call.mark_upgraded();
+        call.log_upgrade();
         self.reply.send(Reply::Upgrade {
             conn,
             seq,
@@ -286,6 +287,12 @@ fn origin(job: &RequestJob) -> Origin {
         head: job.head.is_head(),
         keep_alive: job.head.keep_alive,
         accept_encoding: header(&job.head.headers, "accept-encoding").map(<[u8]>::to_vec),
+        access: Access {
+            remote: job.remote,
+            method: job.head.method.clone(),
+            path: job.head.path.clone(),
+            received: job.received,
+        },
     }
 }
 

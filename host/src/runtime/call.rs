@@ -21,6 +21,7 @@ pub struct CallContext {
     head: bool,
     keep_alive: bool,
     accept_encoding: Option<Vec<u8>>,
+    access: Access,
     reply: ReplyTx,
     responded: bool,
     buf: Vec<u8>,
@@ -50,6 +51,37 @@ pub struct Origin {
     pub head: bool,
     pub keep_alive: bool,
     pub accept_encoding: Option<Vec<u8>>,
+    /// What the access log says about the request.
+    pub access: Access,
+}
+
+/// The request as the access log names it.
+#[derive(Debug, Clone)]
+pub struct Access {
+    pub remote: std::net::SocketAddr,
+    pub method: String,
+    pub path: String,
+    pub received: std::time::Instant,
+}
+
+impl Access {
+    /// One access-log line (target `ankh::access`, off with `--no-access-log`).
+    pub fn log(&self, status: u16, bytes: usize, plugin: &str, request: &str) {
+        tracing::info!(
+            target: "ankh::access",
+            remote = %self.remote,
+            method = %self.method,
+            path = %self.path,
+            status,
+            bytes,
+            duration_us = self.received.elapsed().as_micros() as u64,
+            plugin = %plugin,
+            request = %request,
+            "{} {} {status}",
+            self.method,
+            self.path
+        );
+    }
 }
 
 impl CallContext {
@@ -63,6 +95,7 @@ impl CallContext {
             head: origin.head,
             keep_alive: origin.keep_alive,
             accept_encoding: origin.accept_encoding,
+            access: origin.access,
             reply,
             responded: false,
             buf,
@@ -93,7 +126,7 @@ impl CallContext {
         let mut out = std::mem::take(&mut self.buf);
         out.clear();
         let keep_alive = response::encode_simple(status, extra, message, &self.meta(), &mut out);
-        self.send(out, keep_alive);
+        self.send(out, keep_alive, status);
     }
 
     /// Takes back the encoding buffer for reuse.
@@ -143,7 +176,7 @@ impl CallContext {
                 response::encode_simple(500, &[], &message, &meta, &mut out)
             }
         };
-        self.send(out, keep_alive);
+        self.send(out, keep_alive, status);
         Ok(())
     }
 
@@ -155,7 +188,7 @@ impl CallContext {
         let mut out = std::mem::take(&mut self.buf);
         out.clear();
         let keep_alive = response::encode_simple(status, &[], message, &self.meta(), &mut out);
-        self.send(out, keep_alive);
+        self.send(out, keep_alive, status);
     }
 
     /// The body of an error page: names the plugin and the request id, nothing internal.
@@ -166,8 +199,20 @@ impl CallContext {
         )
     }
 
-    fn send(&mut self, bytes: Vec<u8>, keep_alive: bool) {
+    /// Marks the request answered by a switch to WebSocket, sent by the caller.
+    pub fn log_upgrade(&self) {
+        self.access
+            .log(101, 0, &self.plugin, &format!("{:016x}", self.request_id));
+    }
+
+    fn send(&mut self, bytes: Vec<u8>, keep_alive: bool, status: u16) {
         self.responded = true;
+        self.access.log(
+            status,
+            bytes.len(),
+            &self.plugin,
+            &format!("{:016x}", self.request_id),
+        );
         // The reply takes the bytes; the next response gets a fresh buffer with the same
         // capacity, so the worker's steady state allocates one buffer per response at most.
         self.buf = Vec::with_capacity(bytes.capacity().min(64 * 1024));
