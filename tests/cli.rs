@@ -209,3 +209,66 @@ fn access_log_lines_and_json_logs() {
     assert_eq!(v["fields"]["path"], "/hello");
     assert_eq!(v["fields"]["plugin"], "hello");
 }
+
+#[test]
+fn new_then_build_then_serve_then_request() {
+    let dir = TempDir::new("new");
+    let out = Command::new(ankh_bin())
+        .args(["new", "greeter", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("created"));
+    // The template's own test passes.
+    let test = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["test", "--quiet", "--manifest-path"])
+        .arg(dir.path().join("greeter/Cargo.toml"))
+        .env("CARGO_TARGET_DIR", crate_target_dir())
+        .output()
+        .unwrap();
+    assert!(
+        test.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&test.stdout),
+        stderr(&test)
+    );
+    // It builds untouched, and serves.
+    let built = TempDir::new("new-out");
+    let build = Command::new(ankh_bin())
+        .arg("build")
+        .arg(dir.path())
+        .arg("--out")
+        .arg(built.path())
+        .env("CARGO_TARGET_DIR", crate_target_dir())
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "{}", stderr(&build));
+    let wasm = built.path().join("greeter.wasm");
+    let s = Options::default().plugin(wasm.to_str().unwrap()).start();
+    assert_eq!(s.get("/greeter"), (200, "greeter is running\n".to_owned()));
+    let (status, body) = s.get("/greeter/hello/Ada");
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"greeting": "Hello, Ada!", "plugin": "greeter"})
+    );
+    // Refusals: a bad name, an existing crate.
+    let bad = ankh_in(dir.path(), &["new", "Bad Name"]);
+    assert!(!bad.status.success() && stderr(&bad).contains("invalid plugin name"));
+    let again = Command::new(ankh_bin())
+        .args(["new", "greeter", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!again.status.success() && stderr(&again).contains("already exists"));
+}
+
+fn ankh_in(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(ankh_bin())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}

@@ -27,6 +27,24 @@ pub enum Command {
     /// and print its imports, its exports and the limits it would run under. Exits non-zero
     /// with the reason when it would be refused.
     Check(CheckArgs),
+    /// Create a plugin crate from a template (a router, a JSON route, a test) that builds with
+    /// `ankh build` as it is.
+    New(NewArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// The plugin's name: it is served at /NAME.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+
+    /// Where to create the crate (as DIR/NAME).
+    #[arg(long, value_name = "DIR", default_value = "plugins")]
+    pub dir: PathBuf,
+
+    /// The guest SDK (`ankh-guest`) to depend on [default: the one next to this build's sources].
+    #[arg(long, value_name = "PATH")]
+    pub sdk: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

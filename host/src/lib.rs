@@ -40,5 +40,6 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod loader;
+pub mod new;
 pub mod reload;
 pub mod server;

@@ -78,6 +78,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 anyhow::bail!("{} would be refused", args.file.display())
             }
         }
+        Command::New(args) => {
+            let root = ankh::new::create(&args.name, &args.dir, args.sdk.as_deref())?;
+            println!(
+                "created {}: build it with `ankh build {}`, then serve it at /{}",
+                root.display(),
+                args.dir.display(),
+                args.name
+            );
+            Ok(())
+        }
         Command::Build(args) => {
             let out = args.out.unwrap_or_else(|| args.src.clone());
             let built = ankh::builder::build(&args.src, &out, !args.debug)?;
