@@ -24,6 +24,8 @@ mod websocket;
 mod reload;
 // Per-plugin policy: routes, limits, capabilities, instance modes: A61-A66, A72 per plugin.
 mod policy;
+// The admin listener: /healthz, /readyz, /metrics scraped and parsed.
+mod admin;
 // The chat example in two headless Chromium pages.
 mod browser;
 // The command line: building plugins, what serve logs.

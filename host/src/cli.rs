@@ -191,6 +191,11 @@ pub struct ServeArgs {
     /// Compile every plugin at load, without the disk cache.
     #[arg(long)]
     pub no_cache: bool,
+
+    /// Serve /healthz, /readyz and /metrics (Prometheus text) on this address; keep it on
+    /// loopback. Without a value: 127.0.0.1:9090. Off unless given.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9090")]
+    pub admin: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -225,6 +230,7 @@ impl ServeArgs {
             no_watch: self.no_watch,
             no_cache: self.no_cache,
             cache_dir: self.cache_dir,
+            admin: self.admin,
             ready_file: self.ready_file,
             max_head_bytes: self.max_head_bytes,
             max_headers: self.max_headers,

@@ -30,6 +30,8 @@ pub struct ServeConfig {
     pub watch: bool,
     /// Where compiled plugins are cached (`None`: no cache).
     pub cache_dir: Option<PathBuf>,
+    /// Where the admin endpoints (`/healthz`, `/readyz`, `/metrics`) listen, if anywhere.
+    pub admin: Option<SocketAddr>,
     /// Where to write the listening address once the server accepts connections.
     pub ready_file: Option<PathBuf>,
     /// The config file that was read, if any.
@@ -47,6 +49,7 @@ pub struct FileConfig {
     watch: Option<Spanned<bool>>,
     cache: Option<Spanned<bool>>,
     cache_dir: Option<Spanned<PathBuf>>,
+    admin: Option<Spanned<String>>,
     ready_file: Option<Spanned<PathBuf>>,
     #[serde(default)]
     limits: FileLimits,
@@ -91,6 +94,7 @@ pub struct Overrides {
     pub no_watch: bool,
     pub no_cache: bool,
     pub cache_dir: Option<PathBuf>,
+    pub admin: Option<String>,
     pub ready_file: Option<PathBuf>,
     pub max_head_bytes: Option<u64>,
     pub max_headers: Option<u64>,
@@ -253,6 +257,14 @@ impl ServeConfig {
             plugins.unwrap_or_else(|| PathBuf::from("plugins")),
             plugins_span.is_some(),
         );
+        let (admin, admin_span) = pick(flags.admin.clone(), f.admin.as_ref());
+        let admin = match admin {
+            Some(text) => Some(text.parse::<SocketAddr>().map_err(|_| ConfigError::Value {
+                origin: origin.describe("--admin", "admin", admin_span),
+                message: format!("invalid address {text:?}: expected IP:PORT, e.g. 127.0.0.1:9090"),
+            })?),
+            None => None,
+        };
         let (ready, ready_span) = pick(flags.ready_file.clone(), f.ready_file.as_ref());
         let ready_file = ready.map(|p| relative_to_file(p, ready_span.is_some()));
 
@@ -473,6 +485,7 @@ impl ServeConfig {
             pooling,
             watch,
             cache_dir,
+            admin,
             ready_file,
             source: file.map(|(_, path, _)| path.to_owned()),
         })
@@ -490,6 +503,8 @@ impl ServeConfig {
             cache: bool,
             #[serde(skip_serializing_if = "Option::is_none")]
             cache_dir: Option<&'a Path>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            admin: Option<String>,
             #[serde(skip_serializing_if = "Option::is_none")]
             ready_file: Option<&'a Path>,
             limits: OutLimits,
@@ -527,6 +542,7 @@ impl ServeConfig {
             watch: self.watch,
             cache: self.cache_dir.is_some(),
             cache_dir: self.cache_dir.as_deref(),
+            admin: self.admin.map(|a| a.to_string()),
             ready_file: self.ready_file.as_deref(),
             limits: OutLimits {
                 max_head_bytes: l.max_head_bytes,

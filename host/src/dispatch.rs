@@ -98,6 +98,11 @@ impl Dispatcher {
             .map(|m| m.plugin.policy.max_body_bytes)
     }
 
+    /// A probe that reads the queue depth from any thread.
+    pub fn depth_probe(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        self.pool.depth_probe()
+    }
+
     /// Requests waiting for a worker.
     pub fn queued(&self) -> usize {
         self.pool.queued()

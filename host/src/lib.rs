@@ -35,11 +35,13 @@ pub mod dispatch;
 pub mod net;
 
 // The edges: configuration, the command line, loading and building plugins, assembly.
+pub mod admin;
 pub mod builder;
 pub mod check;
 pub mod cli;
 pub mod config;
 pub mod loader;
+pub mod metrics;
 pub mod new;
 pub mod reload;
 pub mod server;

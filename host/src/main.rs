@@ -59,6 +59,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "listening on http://{}",
                 server.local_addr
             );
+            if let Some(admin) = server.admin_addr {
+                tracing::info!("admin endpoints on http://{admin} (/healthz, /readyz, /metrics)");
+            }
             match server.run()? {
                 Ended::Drained => tracing::info!("drained: every connection finished"),
                 Ended::ForceClosed(n) => {

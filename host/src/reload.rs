@@ -213,6 +213,12 @@ impl State {
                 let ms = plugin.load_time.as_millis();
                 let cached = plugin.cached;
                 let mount = crate::loader::mounts(&plugin.policy.routes);
+                if replacing {
+                    plugin
+                        .metrics
+                        .reloads
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 self.registry.insert(Arc::new(plugin));
                 tracing::info!(
                     plugin = name,

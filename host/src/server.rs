@@ -10,7 +10,7 @@ use crate::dispatch::Dispatcher;
 use crate::hub::Hub;
 use crate::job::reply_channel;
 use crate::loader::{self, Loaded};
-use crate::net::event_loop::{Ended, EventLoop, StopHandle};
+use crate::net::event_loop::{Ended, EventLoop, Shared, StopHandle};
 use crate::pool::WorkerPool;
 use crate::runtime::engine::{Runtime, RuntimeConfig};
 use crate::runtime::registry::Registry;
@@ -21,6 +21,8 @@ pub struct Server {
     pub registry: Arc<Registry>,
     pub runtime: Arc<Runtime>,
     pub loaded: Vec<Loaded>,
+    /// Where the admin endpoints listen, when on.
+    pub admin_addr: Option<SocketAddr>,
     event_loop: EventLoop,
     stop: StopHandle,
     ready_file: Option<std::path::PathBuf>,
@@ -99,20 +101,38 @@ impl Server {
         )
         .context("cannot start worker threads")?;
         let dispatcher = Dispatcher::new(registry.clone(), pool);
+        let depth = dispatcher.depth_probe();
         let (event_loop, stop) = EventLoop::new(
             poll,
             waker,
             listener,
             dispatcher,
             reply_rx,
-            config.limits.clone(),
-            hub,
+            Shared {
+                limits: config.limits.clone(),
+                hub: hub.clone(),
+                metrics: runtime.metrics.clone(),
+            },
         )?;
+        let admin_addr = match config.admin {
+            Some(addr) => Some(crate::admin::start(
+                addr,
+                crate::admin::AdminState {
+                    metrics: runtime.metrics.clone(),
+                    hub,
+                    registry: registry.clone(),
+                    stop: stop.clone(),
+                    queue_depth: Box::new(depth),
+                },
+            )?),
+            None => None,
+        };
         Ok(Server {
             local_addr,
             registry,
             runtime,
             loaded,
+            admin_addr,
             event_loop,
             stop,
             ready_file: config.ready_file.clone(),

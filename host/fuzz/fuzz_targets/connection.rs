@@ -71,6 +71,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let (reply_tx, _reply_rx) = reply_channel(Arc::new(|| {}));
     let hub = Arc::new(Hub::default());
+    let metrics = ankh::metrics::Metrics::default();
     let pool = WorkerPool::new(0, 4, reply_tx, hub.clone()).unwrap();
     let mut dispatcher = Dispatcher::new(Arc::new(Registry::default()), pool);
     let start = Instant::now();
@@ -86,6 +87,7 @@ fuzz_target!(|data: &[u8]| {
         dispatcher: &mut dispatcher,
         limits: &limits,
         hub: &hub,
+        metrics: &metrics,
         draining: false,
     };
     let mut fed = 0;

@@ -81,6 +81,7 @@ pub struct Ctx<'a> {
     pub dispatcher: &'a mut Dispatcher,
     pub limits: &'a Limits,
     pub hub: &'a Hub,
+    pub metrics: &'a crate::metrics::Metrics,
     /// The server is draining: no new request is dispatched, and connections close after
     /// their in-flight response.
     pub draining: bool,
@@ -100,6 +101,9 @@ pub struct Conn<S> {
     /// The socket may have unread input: set by a readiness event, cleared when a read would
     /// block. Saves a `read` syscall per reply on connections with nothing to read.
     readable: bool,
+    /// Bytes moved since the event loop last collected them for `/metrics`.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
     /// When the connection last became idle (no request in progress), while it is.
     idle_since: Option<Instant>,
     /// When the first byte of the current request arrived, until it is complete.
@@ -121,6 +125,8 @@ impl<S: Transport> Conn<S> {
             seq: 0,
             eof: false,
             readable: true,
+            bytes_in: 0,
+            bytes_out: 0,
             idle_since: Some(now),
             request_since: None,
             write_progress: now,
@@ -602,6 +608,7 @@ impl<S: Transport> Conn<S> {
             method: head.method.clone(),
             path: head.path.clone(),
             received: Instant::now(),
+            metrics: None,
         };
         self.state = State::Waiting;
         if ctx.draining {
@@ -659,6 +666,7 @@ impl<S: Transport> Conn<S> {
             method: "-".to_owned(),
             path: "-".to_owned(),
             received: Instant::now(),
+            metrics: None,
         };
         access.log(e.status(), 0, "-", "-");
         self.rbuf.clear();
@@ -691,7 +699,10 @@ impl<S: Transport> Conn<S> {
         let mut scratch = [0u8; READ_CHUNK_BYTES];
         let step = read_some(&mut self.stream, &mut scratch);
         match step {
-            Ok(Step::Moved(n)) => self.rbuf.extend_from_slice(&scratch[..n]),
+            Ok(Step::Moved(n)) => {
+                self.rbuf.extend_from_slice(&scratch[..n]);
+                self.bytes_in += n as u64;
+            }
             Ok(Step::WouldBlock) => self.readable = false,
             _ => {}
         }
@@ -708,6 +719,7 @@ impl<S: Transport> Conn<S> {
             match write_some(&mut self.stream, &self.wbuf[self.wpos..])? {
                 Step::Moved(n) => {
                     self.wpos += n;
+                    self.bytes_out += n as u64;
                     self.write_progress = Instant::now();
                 }
                 Step::WouldBlock | Step::Eof => return Ok(()),

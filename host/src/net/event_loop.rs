@@ -50,6 +50,7 @@ pub struct EventLoop {
     replies: ReplyRx,
     limits: Limits,
     hub: Arc<Hub>,
+    metrics: Arc<crate::metrics::Metrics>,
     /// Where each open WebSocket lives, for messages from plugins.
     websockets: HashMap<WsId, ConnId>,
     /// Upgrades whose client left before the 101 could be written: once their open event
@@ -85,11 +86,24 @@ impl StopHandle {
         let _ = self.waker.wake();
     }
 
+    /// Whether a drain or a stop was asked for.
+    pub fn draining(&self) -> bool {
+        self.command.load(Ordering::Acquire) != RUN
+    }
+
     /// Immediate: return from `run` at the next wake-up, closing every connection.
     pub fn stop(&self) {
         self.command.store(STOP, Ordering::Release);
         let _ = self.waker.wake();
     }
+}
+
+/// What the loop shares with the rest of the server.
+#[derive(Debug)]
+pub struct Shared {
+    pub limits: Limits,
+    pub hub: Arc<Hub>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// How a run ended.
@@ -118,9 +132,13 @@ impl EventLoop {
         mut listener: TcpListener,
         dispatcher: Dispatcher,
         replies: ReplyRx,
-        limits: Limits,
-        hub: Arc<Hub>,
+        shared: Shared,
     ) -> io::Result<(EventLoop, StopHandle)> {
+        let Shared {
+            limits,
+            hub,
+            metrics,
+        } = shared;
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         let command = Arc::new(AtomicU8::new(RUN));
@@ -138,6 +156,7 @@ impl EventLoop {
                 replies,
                 limits,
                 hub,
+                metrics,
                 websockets: HashMap::new(),
                 ghosts: HashMap::new(),
                 command,
@@ -205,6 +224,7 @@ impl EventLoop {
             dispatcher: &mut self.dispatcher,
             limits: &self.limits,
             hub: &self.hub,
+            metrics: &self.metrics,
             draining: self.drain_deadline.is_some(),
         };
         let Some(conn) = self.conns.get_mut(slot) else {
@@ -214,7 +234,14 @@ impl EventLoop {
             // The connection this was for is gone; its slot has a new occupant.
             return;
         }
-        if event(conn, &mut ctx) == Liveness::Closed {
+        let liveness = event(conn, &mut ctx);
+        self.metrics
+            .bytes_in
+            .fetch_add(std::mem::take(&mut conn.bytes_in), Ordering::Relaxed);
+        self.metrics
+            .bytes_out
+            .fetch_add(std::mem::take(&mut conn.bytes_out), Ordering::Relaxed);
+        if liveness == Liveness::Closed {
             self.close(slot);
         }
     }
@@ -258,6 +285,12 @@ impl EventLoop {
                         continue;
                     }
                     entry.insert(conn);
+                    self.metrics
+                        .connections_open
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.metrics
+                        .connections_total
+                        .fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -381,6 +414,9 @@ impl EventLoop {
 
     fn close(&mut self, slot: usize) {
         let mut conn = self.conns.remove(slot);
+        self.metrics
+            .connections_open
+            .fetch_sub(1, Ordering::Relaxed);
         if let Some(ws) = conn.ws_id() {
             self.websockets.remove(&ws);
             self.hub.closed(ws);

@@ -70,6 +70,12 @@ impl WorkerPool {
         self.rx.len()
     }
 
+    /// A probe that reads the queue depth from any thread.
+    pub fn depth_probe(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let rx = self.rx.clone();
+        move || rx.len()
+    }
+
     /// Takes every job no worker has started yet.
     pub fn take_queued(&self) -> Vec<Box<Job>> {
         self.rx.try_iter().collect()

@@ -92,6 +92,11 @@ impl Worker {
     /// Logs a failed call and forgets the instance that failed.
     fn discard(&mut self, plugin: &Plugin, failure: &Failure, context: &str) {
         self.instances.remove(&plugin.name);
+        let counter = match failure.error {
+            crate::runtime::instance::InvokeError::Deadline(_) => &plugin.metrics.deadline_hits,
+            _ => &plugin.metrics.traps,
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::error!(
             plugin = %plugin.name,
             "plugin `{}` {} ({context}); instance discarded\n{}",
@@ -292,6 +297,7 @@ fn origin(job: &RequestJob) -> Origin {
             method: job.head.method.clone(),
             path: job.head.path.clone(),
             received: job.received,
+            metrics: Some(job.plugin.metrics.clone()),
         },
     }
 }

@@ -6,6 +6,7 @@
 //! and refuses any second final response for the same request.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::job::{ConnId, Reply, ReplyTx};
 use crate::proto::response::{self, RequestMeta};
@@ -62,11 +63,16 @@ pub struct Access {
     pub method: String,
     pub path: String,
     pub received: std::time::Instant,
+    /// The plugin's counters, when a plugin answered.
+    pub metrics: Option<Arc<crate::metrics::PluginMetrics>>,
 }
 
 impl Access {
     /// One access-log line (target `ankh::access`, off with `--no-access-log`).
     pub fn log(&self, status: u16, bytes: usize, plugin: &str, request: &str) {
+        if let Some(m) = &self.metrics {
+            m.response(status, self.received.elapsed());
+        }
         tracing::info!(
             target: "ankh::access",
             remote = %self.remote,

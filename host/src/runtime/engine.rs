@@ -47,6 +47,8 @@ pub struct Runtime {
     pub pooling: bool,
     /// The compiled-code cache, when on.
     pub cache: Option<Cache>,
+    /// Counters for `/metrics`.
+    pub metrics: Arc<crate::metrics::Metrics>,
     _ticker: EpochTicker,
 }
 
@@ -104,6 +106,7 @@ impl Runtime {
             config,
             pooling,
             cache,
+            metrics: Arc::default(),
             _ticker: ticker,
         }))
     }

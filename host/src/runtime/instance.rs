@@ -55,9 +55,22 @@ pub struct Failure {
     pub report: String,
 }
 
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.plugin
+            .metrics
+            .live_instances
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl Instance {
     pub fn new(plugin: Arc<Plugin>, ws: WsLink) -> wasmtime::Result<Instance> {
         let (store, bindings) = plugin.new_store_and_instantiate(Some(ws))?;
+        plugin
+            .metrics
+            .live_instances
+            .fetch_add(1, Ordering::Relaxed);
         Ok(Instance {
             plugin,
             store,

@@ -27,6 +27,8 @@ pub struct Plugin {
     pub cpu_deadline: Duration,
     /// What this plugin may do and use.
     pub policy: Policy,
+    /// This plugin's counters (shared by its versions).
+    pub metrics: Arc<crate::metrics::PluginMetrics>,
     /// Requests of this version being handled now (for `max_concurrency`).
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
     /// How long compiling and checking took.
@@ -127,6 +129,7 @@ impl Plugin {
         let name: Arc<str> = Arc::from(name);
         let plugin = Plugin {
             kv: runtime.kv.namespace(&name),
+            metrics: runtime.metrics.plugin(&name),
             name,
             path: path.to_owned(),
             pre,
@@ -168,7 +171,13 @@ impl Plugin {
 
     /// A fresh store for this plugin, with its limits armed.
     pub(crate) fn new_store(&self, ws: Option<WsLink>) -> Store<HostState> {
-        let state = HostState::new(self.name.clone(), self.kv.clone(), &self.policy, ws);
+        let state = HostState::new(
+            self.name.clone(),
+            self.kv.clone(),
+            &self.policy,
+            self.metrics.clone(),
+            ws,
+        );
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|s| &mut s.memory);
         store.epoch_deadline_callback(|mut ctx| {

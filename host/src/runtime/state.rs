@@ -44,7 +44,13 @@ pub struct HostState {
 }
 
 impl HostState {
-    pub fn new(plugin: Arc<str>, kv: Arc<Namespace>, policy: &Policy, ws: Option<WsLink>) -> Self {
+    pub fn new(
+        plugin: Arc<str>,
+        kv: Arc<Namespace>,
+        policy: &Policy,
+        metrics: Arc<crate::metrics::PluginMetrics>,
+        ws: Option<WsLink>,
+    ) -> Self {
         let tags = LogTags::new(plugin);
         let (memory_bytes, cpu_deadline) = (policy.memory_bytes, policy.cpu_deadline);
         let mut builder = WasiCtxBuilder::new();
@@ -82,7 +88,7 @@ impl HostState {
         HostState {
             wasi,
             table: ResourceTable::new(),
-            memory: MemoryCap::new(memory_bytes),
+            memory: MemoryCap::new(memory_bytes, metrics),
             budget: CpuBudget::new(cpu_deadline),
             kv,
             tags,
@@ -111,13 +117,15 @@ impl WasiView for HostState {
 pub struct MemoryCap {
     pub limit_bytes: usize,
     pub hit: bool,
+    metrics: Arc<crate::metrics::PluginMetrics>,
 }
 
 impl MemoryCap {
-    fn new(limit_bytes: usize) -> Self {
+    fn new(limit_bytes: usize, metrics: Arc<crate::metrics::PluginMetrics>) -> Self {
         MemoryCap {
             limit_bytes,
             hit: false,
+            metrics,
         }
     }
 }
@@ -137,6 +145,7 @@ impl wasmtime::ResourceLimiter for MemoryCap {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        self.metrics.memory(desired);
         if desired > self.limit_bytes {
             self.hit = true;
             return Err(wasmtime::Error::new(MemoryCapReached {

@@ -1,0 +1,241 @@
+//! Counters for `/metrics`, in the Prometheus text format.
+//!
+//! Everything is an atomic updated where the event happens. Per-plugin figures are kept by
+//! plugin name, so they carry across reloads; scraping reads them without locks on the
+//! request path.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// Upper bounds of the request-latency histogram, in seconds.
+const LATENCY_BUCKETS_SECS: [f64; 10] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5,
+];
+
+/// A per-plugin family: name, help, type, and how to read it.
+type Family = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&PluginMetrics) -> String,
+);
+
+/// Server-wide figures, and the per-plugin ones by name.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub connections_open: AtomicI64,
+    pub connections_total: AtomicU64,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    plugins: Mutex<BTreeMap<String, Arc<PluginMetrics>>>,
+}
+
+/// One plugin's figures, across its versions.
+#[derive(Debug, Default)]
+pub struct PluginMetrics {
+    /// Responses by status class: 1xx to 5xx.
+    responses: [AtomicU64; 5],
+    latency_buckets: [AtomicU64; LATENCY_BUCKETS_SECS.len()],
+    latency_count: AtomicU64,
+    latency_sum_us: AtomicU64,
+    pub traps: AtomicU64,
+    pub deadline_hits: AtomicU64,
+    pub memory_high_water_bytes: AtomicU64,
+    pub live_instances: AtomicI64,
+    pub reloads: AtomicU64,
+}
+
+impl PluginMetrics {
+    /// A response went out, `elapsed` after its request was complete.
+    pub fn response(&self, status: u16, elapsed: Duration) {
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        self.responses[class].fetch_add(1, Ordering::Relaxed);
+        let secs = elapsed.as_secs_f64();
+        for (bound, bucket) in LATENCY_BUCKETS_SECS.iter().zip(&self.latency_buckets) {
+            if secs <= *bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        self.latency_sum_us
+            .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// An instance asked for `bytes` of linear memory.
+    pub fn memory(&self, bytes: usize) {
+        self.memory_high_water_bytes
+            .fetch_max(bytes as u64, Ordering::Relaxed);
+    }
+}
+
+impl Metrics {
+    /// The figures of plugin `name`, created on first use.
+    pub fn plugin(&self, name: &str) -> Arc<PluginMetrics> {
+        let mut plugins = self.plugins.lock().unwrap_or_else(PoisonError::into_inner);
+        plugins.entry(name.to_owned()).or_default().clone()
+    }
+
+    /// The exposition text. `websockets` and `queued` are read by the caller at scrape time.
+    pub fn render(&self, websockets: usize, queued: usize) -> String {
+        let mut out = String::new();
+        let mut gauge = |name: &str, help: &str, kind: &str, value: String| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        };
+        gauge(
+            "ankh_connections_open",
+            "Open client connections.",
+            "gauge",
+            self.connections_open.load(Ordering::Relaxed).to_string(),
+        );
+        gauge(
+            "ankh_connections_total",
+            "Client connections accepted.",
+            "counter",
+            self.connections_total.load(Ordering::Relaxed).to_string(),
+        );
+        gauge(
+            "ankh_websockets_open",
+            "Open WebSocket connections.",
+            "gauge",
+            websockets.to_string(),
+        );
+        gauge(
+            "ankh_queue_depth",
+            "Requests waiting for a worker.",
+            "gauge",
+            queued.to_string(),
+        );
+        gauge(
+            "ankh_bytes_in_total",
+            "Bytes read from clients.",
+            "counter",
+            self.bytes_in.load(Ordering::Relaxed).to_string(),
+        );
+        gauge(
+            "ankh_bytes_out_total",
+            "Bytes written to clients.",
+            "counter",
+            self.bytes_out.load(Ordering::Relaxed).to_string(),
+        );
+
+        let plugins = self.plugins.lock().unwrap_or_else(PoisonError::into_inner);
+        let family = |out: &mut String, name: &str, help: &str, kind: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        family(
+            &mut out,
+            "ankh_plugin_responses_total",
+            "Responses by plugin and status class.",
+            "counter",
+        );
+        for (plugin, m) in plugins.iter() {
+            for (i, count) in m.responses.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "ankh_plugin_responses_total{{plugin=\"{plugin}\",class=\"{}xx\"}} {}",
+                    i + 1,
+                    count.load(Ordering::Relaxed)
+                );
+            }
+        }
+        family(
+            &mut out,
+            "ankh_plugin_request_duration_seconds",
+            "Time from a complete request to its response.",
+            "histogram",
+        );
+        for (plugin, m) in plugins.iter() {
+            for (bound, bucket) in LATENCY_BUCKETS_SECS.iter().zip(&m.latency_buckets) {
+                let _ = writeln!(
+                    out,
+                    "ankh_plugin_request_duration_seconds_bucket{{plugin=\"{plugin}\",le=\"{bound}\"}} {}",
+                    bucket.load(Ordering::Relaxed)
+                );
+            }
+            let count = m.latency_count.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "ankh_plugin_request_duration_seconds_bucket{{plugin=\"{plugin}\",le=\"+Inf\"}} {count}"
+            );
+            let _ = writeln!(
+                out,
+                "ankh_plugin_request_duration_seconds_sum{{plugin=\"{plugin}\"}} {}",
+                m.latency_sum_us.load(Ordering::Relaxed) as f64 / 1e6
+            );
+            let _ = writeln!(
+                out,
+                "ankh_plugin_request_duration_seconds_count{{plugin=\"{plugin}\"}} {count}"
+            );
+        }
+        let per_plugin: [Family; 5] = [
+            (
+                "ankh_plugin_traps_total",
+                "Calls that trapped.",
+                "counter",
+                |m| m.traps.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "ankh_plugin_deadline_hits_total",
+                "Calls stopped at their CPU deadline.",
+                "counter",
+                |m| m.deadline_hits.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "ankh_plugin_memory_high_water_bytes",
+                "Largest linear memory an instance asked for.",
+                "gauge",
+                |m| {
+                    m.memory_high_water_bytes
+                        .load(Ordering::Relaxed)
+                        .to_string()
+                },
+            ),
+            ("ankh_plugin_instances", "Live instances.", "gauge", |m| {
+                m.live_instances.load(Ordering::Relaxed).to_string()
+            }),
+            (
+                "ankh_plugin_reloads_total",
+                "Times a new version replaced the running one.",
+                "counter",
+                |m| m.reloads.load(Ordering::Relaxed).to_string(),
+            ),
+        ];
+        for (name, help, kind, value) in per_plugin {
+            family(&mut out, name, help, kind);
+            for (plugin, m) in plugins.iter() {
+                let _ = writeln!(out, "{name}{{plugin=\"{plugin}\"}} {}", value(m));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_histograms() {
+        let m = Metrics::default();
+        let p = m.plugin("hello");
+        p.response(200, Duration::from_millis(3));
+        p.response(503, Duration::from_secs(5));
+        let text = m.render(2, 1);
+        assert!(text.contains("ankh_plugin_responses_total{plugin=\"hello\",class=\"2xx\"} 1"));
+        assert!(text.contains("ankh_plugin_responses_total{plugin=\"hello\",class=\"5xx\"} 1"));
+        assert!(text.contains(
+            "ankh_plugin_request_duration_seconds_bucket{plugin=\"hello\",le=\"0.005\"} 1"
+        ));
+        assert!(text.contains(
+            "ankh_plugin_request_duration_seconds_bucket{plugin=\"hello\",le=\"+Inf\"} 2"
+        ));
+        assert!(text.contains("ankh_websockets_open 2"));
+        assert!(text.contains("ankh_queue_depth 1"));
+    }
+}
