@@ -272,3 +272,39 @@ fn ankh_in(dir: &std::path::Path, args: &[&str]) -> Output {
         .output()
         .unwrap()
 }
+
+#[test]
+fn dev_rebuilds_on_save_and_keeps_serving_through_errors() {
+    let dir = TempDir::new("dev");
+    let made = Command::new(ankh_bin())
+        .args(["new", "devplug", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", stderr(&made));
+    let mut options = Options::default();
+    options.command = vec![
+        "dev".into(),
+        dir.path().to_str().unwrap().into(),
+        "--debug".into(),
+    ];
+    options.env = vec![(
+        "CARGO_TARGET_DIR".into(),
+        crate_target_dir().to_str().unwrap().into(),
+    )];
+    let s = options.start();
+    assert_eq!(s.get("/devplug"), (200, "devplug is running\n".to_owned()));
+    // Save an edit: rebuilt and swapped in.
+    let lib = dir.path().join("devplug/src/lib.rs");
+    let source = std::fs::read_to_string(&lib).unwrap();
+    std::fs::write(&lib, source.replace("is running", "was edited")).unwrap();
+    s.eventually("/devplug", |st, body| {
+        st == 200 && body == "devplug was edited\n"
+    });
+    s.wait_for_log("ankh dev: rebuilt devplug");
+    // Save a mistake: the compiler's error is shown, the last good version keeps serving.
+    std::fs::write(&lib, "this is not rust\n").unwrap();
+    let log = s.wait_for_log("failed to build");
+    assert!(log.contains("error"), "{log}");
+    assert_eq!(s.get("/devplug"), (200, "devplug was edited\n".to_owned()));
+}

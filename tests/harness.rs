@@ -90,6 +90,10 @@ pub struct Options {
     pub fd_limit: Option<u32>,
     /// `RUST_LOG` for the server (`None`: unset, so the server's own default applies).
     pub rust_log: Option<Option<String>>,
+    /// The command instead of `serve` (e.g. `dev SRC`).
+    pub command: Vec<String>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
 }
 
 impl Options {
@@ -168,8 +172,13 @@ impl TestServer {
             }
             None => Command::new(ankh_bin()),
         };
+        if options.command.is_empty() {
+            command.arg("serve");
+        } else {
+            command.args(&options.command);
+        }
+        command.envs(options.env.iter().map(|(k, v)| (k, v)));
         command
-            .arg("serve")
             .arg("--plugins")
             .arg(dir.path())
             .args(["--listen", "127.0.0.1:0"])

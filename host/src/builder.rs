@@ -58,11 +58,24 @@ struct PluginCrate {
 
 /// Builds every plugin crate in `src` and writes `NAME.wasm` files into `out`.
 pub fn build(src: &Path, out: &Path, release: bool) -> anyhow::Result<Vec<Built>> {
+    build_matching(src, out, release, |_| true)
+}
+
+/// Builds the plugin crates in `src` whose directory `wanted` accepts.
+pub fn build_matching(
+    src: &Path,
+    out: &Path,
+    release: bool,
+    wanted: impl Fn(&Path) -> bool,
+) -> anyhow::Result<Vec<Built>> {
     if !src.is_dir() {
         bail!("plugin source directory {} does not exist", src.display());
     }
     check_target()?;
-    let crates = find_crates(src)?;
+    let crates: Vec<PluginCrate> = find_crates(src)?
+        .into_iter()
+        .filter(|c| wanted(c.manifest.parent().unwrap_or(Path::new(""))))
+        .collect();
     if crates.is_empty() {
         bail!(
             "no plugin crates found in {}: expected subdirectories with a Cargo.toml whose [lib] has crate-type = [\"cdylib\"]",

@@ -27,9 +27,27 @@ pub enum Command {
     /// and print its imports, its exports and the limits it would run under. Exits non-zero
     /// with the reason when it would be refused.
     Check(CheckArgs),
+    /// Serve a directory of plugin crates and rebuild each one when its sources change: build
+    /// all, serve the results with hot reload, then rebuild and swap on every save.
+    Dev(DevArgs),
     /// Create a plugin crate from a template (a router, a JSON route, a test) that builds with
     /// `ankh build` as it is.
     New(NewArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Directory of plugin crates; the built NAME.wasm files are written and served there.
+    #[arg(value_name = "SRC", default_value = "plugins")]
+    pub src: PathBuf,
+
+    /// Build without optimisations (faster rebuilds).
+    #[arg(long)]
+    pub debug: bool,
+
+    /// The server's settings (the same flags as `serve`; --plugins is SRC).
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 #[derive(Debug, Args)]

@@ -40,6 +40,7 @@ pub mod builder;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod dev;
 pub mod loader;
 pub mod metrics;
 pub mod new;

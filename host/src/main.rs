@@ -12,6 +12,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let (json, access_log) = match &cli.command {
         Command::Serve(args) => (args.log_format == "json", !args.no_access_log),
+        Command::Dev(args) => (args.serve.log_format == "json", !args.serve.no_access_log),
         _ => (false, false),
     };
     let default = if access_log {
@@ -80,6 +81,31 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 anyhow::bail!("{} would be refused", args.file.display())
             }
+        }
+        Command::Dev(args) => {
+            if let Err(e) = ankh::builder::build(&args.src, &args.src, !args.debug) {
+                eprintln!("ankh dev: initial build failed ({e:#}); serving what is there");
+            }
+            let mut config = args.serve.into_config()?;
+            config.plugins_dir = args.src.clone();
+            config.watch = true;
+            let server = Server::bind(&config)?;
+            handle_signals(server.stop_handle())?;
+            let (src, release) = (args.src.clone(), !args.debug);
+            std::thread::Builder::new()
+                .name("ankh-dev".into())
+                .spawn(move || {
+                    if let Err(e) = ankh::dev::watch_and_rebuild(&src, release) {
+                        tracing::error!("source watcher stopped: {e:#}");
+                    }
+                })?;
+            tracing::info!(
+                "listening on http://{} (rebuilding {} on save)",
+                server.local_addr,
+                args.src.display()
+            );
+            server.run()?;
+            Ok(())
         }
         Command::New(args) => {
             let root = ankh::new::create(&args.name, &args.dir, args.sdk.as_deref())?;

@@ -1,0 +1,90 @@
+//! `ankh dev`: serve a directory of plugin crates, and rebuild a crate whenever one of its
+//! source files is saved. The rebuilt `NAME.wasm` is renamed into place, so the server's hot
+//! reload swaps it in; a build that fails leaves the previous version serving.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use notify::{RecursiveMode, Watcher};
+
+use crate::builder;
+
+/// How long sources must be quiet before a rebuild starts (editors save in bursts).
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// Watches `src` and rebuilds changed crates into `src`, on this thread, until the watcher
+/// fails. Cargo's output goes to the terminal as it is.
+pub fn watch_and_rebuild(src: &Path, release: bool) -> anyhow::Result<()> {
+    let src = std::fs::canonicalize(src)
+        .with_context(|| format!("plugin source directory {} does not exist", src.display()))?;
+    let (tx, rx) = mpsc::channel::<notify::Result<notify::Event>>();
+    let mut watcher = notify::recommended_watcher(move |e| {
+        let _ = tx.send(e);
+    })?;
+    watcher.watch(&src, RecursiveMode::Recursive)?;
+    let mut dirty: HashMap<PathBuf, Instant> = HashMap::new();
+    loop {
+        match rx.recv_timeout(SETTLE / 3) {
+            Ok(Ok(event)) => {
+                for path in event.paths {
+                    if let Some(krate) = crate_of(&src, &path) {
+                        dirty.insert(krate, Instant::now());
+                    }
+                }
+            }
+            Ok(Err(e)) => tracing::warn!("source watcher error: {e}"),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return Ok(()),
+        }
+        let ready: Vec<PathBuf> = dirty
+            .iter()
+            .filter(|(_, t)| t.elapsed() >= SETTLE)
+            .map(|(p, _)| p.clone())
+            .collect();
+        for krate in ready {
+            dirty.remove(&krate);
+            rebuild(&src, &krate, release);
+        }
+    }
+}
+
+/// The crate directory a changed source file belongs to: a direct subdirectory of `src` with
+/// a Cargo.toml. Build outputs (`target/`, `.wasm` files) are not sources.
+fn crate_of(src: &Path, path: &Path) -> Option<PathBuf> {
+    let rel = path.strip_prefix(src).ok()?;
+    let first = rel.components().next()?;
+    if rel.components().any(|c| c.as_os_str() == "target")
+        || path.extension().is_some_and(|e| e == "wasm" || e == "tmp")
+        || rel.components().count() < 2
+    {
+        return None;
+    }
+    let krate = src.join(first);
+    krate.join("Cargo.toml").is_file().then_some(krate)
+}
+
+fn rebuild(src: &Path, krate: &Path, release: bool) {
+    let name = krate
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    eprintln!("ankh dev: {name} changed, rebuilding…");
+    let started = Instant::now();
+    match builder::build_matching(src, src, release, |dir| dir == krate) {
+        Ok(built) => {
+            for b in built {
+                eprintln!(
+                    "ankh dev: rebuilt {} in {:.1} s; swapping it in",
+                    b.name,
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        }
+        Err(e) => eprintln!(
+            "ankh dev: {name} failed to build ({e:#}); the previous version keeps serving"
+        ),
+    }
+}
