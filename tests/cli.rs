@@ -282,16 +282,18 @@ fn dev_rebuilds_on_save_and_keeps_serving_through_errors() {
         .output()
         .unwrap();
     assert!(made.status.success(), "{}", stderr(&made));
-    let mut options = Options::default();
-    options.command = vec![
-        "dev".into(),
-        dir.path().to_str().unwrap().into(),
-        "--debug".into(),
-    ];
-    options.env = vec![(
-        "CARGO_TARGET_DIR".into(),
-        crate_target_dir().to_str().unwrap().into(),
-    )];
+    let options = Options {
+        command: vec![
+            "dev".into(),
+            dir.path().to_str().unwrap().into(),
+            "--debug".into(),
+        ],
+        env: vec![(
+            "CARGO_TARGET_DIR".into(),
+            crate_target_dir().to_str().unwrap().into(),
+        )],
+        ..Options::default()
+    };
     let s = options.start();
     assert_eq!(s.get("/devplug"), (200, "devplug is running\n".to_owned()));
     // Save an edit: rebuilt and swapped in.
