@@ -129,6 +129,9 @@ impl Worker {
         let slot = job.slot.take();
         let request = to_wit(job);
         let (result, mut call) = instance.handle_request(&request, call);
+        // The call is over: free the plugin's concurrency slot before the response leaves, so
+        // a client that sends its next request on receipt finds the slot free.
+        drop(slot);
         // Instance modes: a fresh instance per request, or a bounded number of calls each.
         let policy = &plugin.policy;
         if policy.fresh_instances || policy.recycle_after.is_some_and(|n| instance.calls >= n) {
@@ -165,7 +168,6 @@ impl Worker {
                 call.respond_error(failure.error.status(), &message);
             }
         }
-        drop(slot);
         self.buf = call.into_buffer();
     }
 
