@@ -311,7 +311,8 @@ impl<S: Transport> Conn<S> {
             State::WebSocket(ref mut ws) => {
                 self.wbuf.drain(..self.wpos);
                 self.wpos = 0;
-                if ws.on_timer(now, &mut self.rbuf, &mut self.wbuf) {
+                // Also retry an event the worker queue had no room for.
+                if ws.on_timer(now, &mut self.rbuf, &mut self.wbuf) || ws.event_waiting() {
                     return self.advance(ctx);
                 }
             }

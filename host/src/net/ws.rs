@@ -289,6 +289,11 @@ impl WsConn {
         }
     }
 
+    /// An event is queued and none is with a worker: it is waiting for room in the queue.
+    pub fn event_waiting(&self) -> bool {
+        !self.in_flight && !self.events.is_empty()
+    }
+
     /// The next event for the plugin, if none is in flight.
     pub fn next_event(&mut self) -> Option<WsEvent> {
         if self.in_flight {
