@@ -14,27 +14,8 @@ use std::time::{Duration, Instant};
 const PLUGINS: [&str; 4] = ["echo", "todo", "chat", "bench"];
 const ROUNDS: usize = 5;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
 fn build_plugins() -> PathBuf {
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "--manifest-path",
-        ])
-        .arg(root().join("plugins/Cargo.toml"))
-        .status()
-        .expect("cargo");
-    assert!(status.success(), "building the example plugins failed");
-    root().join("plugins/target/wasm32-wasip2/release")
+    benches::build_example_plugins(None)
 }
 
 struct Server {
@@ -51,7 +32,7 @@ impl Drop for Server {
 
 /// Starts ankh on `dir` and returns once the ready file names its address.
 fn serve(dir: &Path, cache: &Path) -> (Server, Duration) {
-    let bin = root().join("target/release/ankh");
+    let bin = benches::root().join("target/release/ankh");
     assert!(
         bin.is_file(),
         "{} is missing: cargo build --release -p ankh",

@@ -25,30 +25,9 @@ const ROUND: Duration = Duration::from_secs(5);
 const ROUNDS: usize = 2;
 const IDLE_CONNECTIONS: usize = 19_000;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
 /// The `bench` plugin, built for wasm32-wasip2 in the plugins workspace.
 fn bench_plugin() -> PathBuf {
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "-p",
-            "bench",
-            "--manifest-path",
-        ])
-        .arg(root().join("plugins/Cargo.toml"))
-        .status()
-        .expect("cargo");
-    assert!(status.success(), "building the bench plugin failed");
-    root().join("plugins/target/wasm32-wasip2/release/bench.wasm")
+    benches::build_example_plugins(Some("bench")).join("bench.wasm")
 }
 
 struct Ankh {
@@ -65,7 +44,7 @@ impl Drop for Ankh {
 }
 
 fn start_ankh(plugin: &Path, workers: usize) -> Ankh {
-    let bin = root().join("target/release/ankh");
+    let bin = benches::root().join("target/release/ankh");
     assert!(
         bin.is_file(),
         "{} is missing: cargo build --release -p ankh",
