@@ -86,12 +86,10 @@ impl Instance {
         request: &types::Request,
         call: CallContext,
     ) -> (Result<types::Outcome, Failure>, CallContext) {
-        self.calls += 1;
+        self.arm();
         let data = self.store.data_mut();
         data.tags.request.store(call.request_id, Ordering::Relaxed);
         data.call = Some(call);
-        data.budget.reset();
-        self.store.set_epoch_deadline(1);
         let result = self
             .bindings
             .ankh_plugin_handler()
