@@ -8,7 +8,7 @@ use crate::job::{ConnId, EventJob, Job, RequestJob, WsEvent, WsId};
 use crate::limits::RETRY_AFTER_SECS;
 use crate::pool::{Busy, WorkerPool};
 use crate::proto::request::RequestHead;
-use crate::runtime::registry::Registry;
+use crate::runtime::registry::{Mount, Registry};
 
 /// An answer written by the host itself, without a plugin.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,11 +91,10 @@ impl Dispatcher {
         })
     }
 
-    /// The body limit of the plugin that serves `path`, if it is lower than the server's.
-    pub fn body_limit(&self, path: &str) -> Option<u64> {
-        self.registry
-            .route(path)
-            .map(|m| m.plugin.policy.max_body_bytes)
+    /// The plugin that serves `path`. Looked up once per request, when its head arrives: the
+    /// mount decides the body limit and then takes the request.
+    pub fn route(&self, path: &str) -> Option<Mount> {
+        self.registry.route(path)
     }
 
     /// A probe that reads the queue depth from any thread.
@@ -108,16 +107,18 @@ impl Dispatcher {
         self.pool.queued()
     }
 
-    /// Queues the request for a worker, or says what to answer instead.
+    /// Queues the request for `mount` (found by [`Dispatcher::route`]), or says what to answer
+    /// instead.
     pub fn dispatch(
         &mut self,
         conn: ConnId,
         seq: u64,
+        mount: Option<Mount>,
         head: RequestHead,
         body: Vec<u8>,
         remote: SocketAddr,
     ) -> Result<(), Immediate> {
-        let Some(mount) = self.registry.route(&head.path) else {
+        let Some(mount) = mount else {
             return Err(Immediate {
                 status: 404,
                 message: format!("no plugin is mounted at {}", head.path),

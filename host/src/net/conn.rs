@@ -30,6 +30,7 @@ use crate::proto::request::{self, Framing, RequestHead};
 use crate::proto::response::{self, RequestMeta};
 use crate::proto::{ProtoError, Status, Version};
 use crate::runtime::call::Access;
+use crate::runtime::registry::Mount;
 
 /// Buffer capacity a connection keeps once its buffers are empty.
 const IDLE_BUFFER_BYTES: usize = 16 * 1024;
@@ -62,6 +63,7 @@ enum State {
     /// Reading the body of `head`.
     Body {
         head: RequestHead,
+        mount: Option<Mount>,
         decoder: BodyDecoder,
         body: Vec<u8>,
     },
@@ -544,19 +546,20 @@ impl<S: Transport> Conn<S> {
                 };
                 self.rbuf.drain(..used);
                 // The plugin's own body limit, when lower than the server's.
-                let max_body = ctx
-                    .dispatcher
-                    .body_limit(&head.path)
-                    .map_or(ctx.limits.max_body_bytes, |l| {
-                        l.min(ctx.limits.max_body_bytes)
-                    });
+                let mount = ctx.dispatcher.route(&head.path);
+                let max_body = mount.as_ref().map_or(ctx.limits.max_body_bytes, |m| {
+                    m.plugin
+                        .policy
+                        .max_body_bytes
+                        .min(ctx.limits.max_body_bytes)
+                });
                 if let Framing::Length(n) = head.framing
                     && n > max_body
                 {
                     return Err(ProtoError::BodyTooLarge);
                 }
                 match head.framing {
-                    Framing::Empty => self.dispatch(head, Vec::new(), ctx),
+                    Framing::Empty => self.dispatch(head, mount, Vec::new(), ctx),
                     Framing::Length(n) => {
                         if head.expect_continue && self.rbuf.is_empty() && !ctx.draining {
                             self.queue_output(response::CONTINUE);
@@ -564,6 +567,7 @@ impl<S: Transport> Conn<S> {
                         let cap = usize::try_from(n).unwrap_or(usize::MAX).min(1 << 20);
                         self.state = State::Body {
                             head,
+                            mount,
                             decoder: BodyDecoder::length(n),
                             body: Vec::with_capacity(cap),
                         };
@@ -574,6 +578,7 @@ impl<S: Transport> Conn<S> {
                         }
                         self.state = State::Body {
                             head,
+                            mount,
                             decoder: BodyDecoder::chunked(max_body),
                             body: Vec::new(),
                         };
@@ -588,12 +593,13 @@ impl<S: Transport> Conn<S> {
                 let progress = decoder.decode(&self.rbuf, body)?;
                 self.rbuf.drain(..progress.consumed);
                 if progress.done {
-                    let State::Body { head, body, .. } =
-                        std::mem::replace(&mut self.state, State::Waiting)
+                    let State::Body {
+                        head, mount, body, ..
+                    } = std::mem::replace(&mut self.state, State::Waiting)
                     else {
                         unreachable!("state was Body");
                     };
-                    self.dispatch(head, body, ctx);
+                    self.dispatch(head, mount, body, ctx);
                 }
                 Ok(progress.consumed > 0 || progress.done)
             }
@@ -602,7 +608,13 @@ impl<S: Transport> Conn<S> {
 
     /// Hands a complete request on; answers at once when the dispatcher says so, or when the
     /// server is draining.
-    fn dispatch(&mut self, head: RequestHead, body: Vec<u8>, ctx: &mut Ctx<'_>) {
+    fn dispatch(
+        &mut self,
+        head: RequestHead,
+        mount: Option<Mount>,
+        body: Vec<u8>,
+        ctx: &mut Ctx<'_>,
+    ) {
         let (version, is_head, keep_alive) = (head.version, head.is_head(), head.keep_alive);
         let access = Access {
             remote: self.peer,
@@ -624,7 +636,7 @@ impl<S: Transport> Conn<S> {
         }
         if let Err(immediate) = ctx
             .dispatcher
-            .dispatch(self.id, self.seq, head, body, self.peer)
+            .dispatch(self.id, self.seq, mount, head, body, self.peer)
         {
             access.log(immediate.status, 0, "-", "-");
             self.answer(&immediate, version, is_head, keep_alive);
