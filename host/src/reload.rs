@@ -10,7 +10,6 @@
 //! instantiate is refused with the reason, and the previous version keeps serving.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -23,7 +22,7 @@ use notify::{EventKind, RecursiveMode, Watcher};
 
 use crate::loader::plugin_name;
 use crate::runtime::engine::Runtime;
-use crate::runtime::plugin::Plugin;
+use crate::runtime::plugin::{Plugin, version_digest};
 use crate::runtime::registry::Registry;
 
 /// How long a file must be quiet (no events, same size and time) before it is loaded.
@@ -64,7 +63,6 @@ pub fn watch(
     watcher
         .watch(dir, RecursiveMode::NonRecursive)
         .with_context(|| format!("cannot watch {}", dir.display()))?;
-    let dir = dir.to_owned();
     let thread = std::thread::Builder::new()
         .name("ankh-reload".into())
         .spawn(move || {
@@ -74,14 +72,13 @@ pub fn watch(
                 pending: HashMap::new(),
                 hashes: HashMap::new(),
             };
-            // Plugins refused at start get no hash: any event retries them.
-            for path in plugin_paths(&dir) {
-                let mounted =
-                    plugin_name(&path).is_some_and(|n| state.registry.by_name(n).is_some());
-                if let (true, Ok(bytes)) = (mounted, std::fs::read(&path)) {
-                    let digest = hash(&path, &bytes);
-                    state.hashes.insert(path, digest);
-                }
+            // The versions mounted at start, as they were when loaded (not as the files are
+            // now: a change made meanwhile must still count as a change). Plugins refused at
+            // start get no digest, so any event retries them.
+            for mount in state.registry.snapshot().iter() {
+                state
+                    .hashes
+                    .insert(mount.plugin.path.clone(), mount.plugin.digest);
             }
             state.run(&rx);
         })
@@ -96,25 +93,6 @@ pub fn watch(
 fn stat(path: &Path) -> Option<(u64, SystemTime)> {
     let m = std::fs::metadata(path).ok()?;
     Some((m.len(), m.modified().unwrap_or(SystemTime::UNIX_EPOCH)))
-}
-
-fn plugin_paths(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| plugin_name(p).is_some())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The identity of a plugin version: its code and its policy file.
-fn hash(wasm: &Path, bytes: &[u8]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
-    std::fs::read(wasm.with_extension("toml")).ok().hash(&mut h);
-    h.finish()
 }
 
 struct State {
@@ -202,7 +180,7 @@ impl State {
         let Ok(bytes) = std::fs::read(path) else {
             return;
         };
-        let digest = hash(path, &bytes);
+        let digest = version_digest(path, &bytes);
         if self.hashes.get(path) == Some(&digest) {
             return;
         }

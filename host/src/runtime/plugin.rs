@@ -35,6 +35,17 @@ pub struct Plugin {
     pub load_time: Duration,
     /// The compiled code came from the disk cache.
     pub cached: bool,
+    /// The identity of this version: see [`version_digest`].
+    pub digest: u64,
+}
+
+/// The identity of a plugin version: its code and its policy file.
+pub fn version_digest(wasm: &Path, bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    std::fs::read(wasm.with_extension("toml")).ok().hash(&mut h);
+    h.finish()
 }
 
 impl std::fmt::Debug for Plugin {
@@ -139,6 +150,7 @@ impl Plugin {
             in_flight: Arc::default(),
             load_time: Duration::ZERO,
             cached: runtime.cache_hits() > hits_before,
+            digest: version_digest(path, &bytes),
         };
         // A start function that traps, or a memory larger than the cap, shows up here rather
         // than on the first request.
