@@ -78,7 +78,7 @@ pub fn watch(
             for mount in state.registry.snapshot().iter() {
                 state
                     .hashes
-                    .insert(mount.plugin.path.clone(), mount.plugin.digest);
+                    .insert(mount.plugin.name.to_string(), mount.plugin.digest);
             }
             state.run(&rx);
         })
@@ -100,7 +100,9 @@ struct State {
     registry: Arc<Registry>,
     pending: HashMap<PathBuf, Pending>,
     /// Content hash of the version of each file now loaded (or refused).
-    hashes: HashMap<PathBuf, u64>,
+    /// The digest of the version mounted under each plugin name. Keyed by name, not path: the
+    /// watcher may spell a path differently (absolute) from the loader.
+    hashes: HashMap<String, u64>,
 }
 
 impl State {
@@ -108,6 +110,11 @@ impl State {
         loop {
             match rx.recv_timeout(DEBOUNCE / 2) {
                 Ok(Ok(event)) => {
+                    tracing::trace!(?event, "watch event");
+                    // Opening or reading a file (the loader does both) changes nothing.
+                    if matches!(event.kind, EventKind::Access(_)) {
+                        continue;
+                    }
                     let now = Instant::now();
                     // A file renamed into place is complete: no need to wait for it to settle.
                     let renamed_in = matches!(
@@ -181,10 +188,10 @@ impl State {
             return;
         };
         let digest = version_digest(path, &bytes);
-        if self.hashes.get(path) == Some(&digest) {
+        if self.hashes.get(name) == Some(&digest) {
             return;
         }
-        self.hashes.insert(path.to_owned(), digest);
+        self.hashes.insert(name.to_owned(), digest);
         let replacing = self.registry.by_name(name).is_some();
         match Plugin::load(&self.runtime, name, path) {
             Ok(plugin) => {
@@ -213,17 +220,18 @@ impl State {
             Err(e) => {
                 // Not mounted: the next event retries it, even with the same content (a
                 // granted directory may have appeared meanwhile).
-                self.hashes.remove(path);
+                self.hashes.remove(name);
                 tracing::error!(path = %path.display(), "refused: {e}");
             }
         }
     }
 
     fn unmount(&mut self, path: &Path) {
-        self.hashes.remove(path);
-        if let Some(name) = plugin_name(path)
-            && self.registry.remove(name)
-        {
+        let Some(name) = plugin_name(path) else {
+            return;
+        };
+        self.hashes.remove(name);
+        if self.registry.remove(name) {
             tracing::info!(plugin = name, path = %path.display(), "unmounted: the file was removed");
         }
     }
