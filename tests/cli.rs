@@ -211,6 +211,59 @@ fn access_log_lines_and_json_logs() {
 }
 
 #[test]
+fn the_config_file_sets_the_log_format_level_and_access_log() {
+    let dir = TempDir::new("log-config");
+    let config = dir.path().join("ankh.toml");
+    std::fs::write(
+        &config,
+        "[log]\nformat = \"json\"\naccess_log = false\nlevel = \"info,ankh::plugin=debug\"\n",
+    )
+    .unwrap();
+    let s = Options::default()
+        .plugin(plugins::HELLO)
+        .arg("--config")
+        .arg(config.to_str().unwrap())
+        .start_with_env("RUST_LOG", None);
+    assert_eq!(s.get("/hello").0, 200);
+    let log = s.wait_for_log("configuration read");
+    // Every line is JSON, and no access line was written for the request.
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert_ne!(v["target"], "ankh::access", "{line}");
+    }
+    drop(s);
+
+    // A flag overrides the file; --print-config shows the result.
+    let out = ankh(&[
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--log-format",
+        "text",
+        "--print-config",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains(
+            "[log]\nformat = \"text\"\naccess_log = false\nlevel = \"info,ankh::plugin=debug\""
+        ),
+        "{printed}"
+    );
+
+    // A bad value is refused with file, line and key.
+    std::fs::write(&config, "workers = 2\n[log]\nformat = \"xml\"\n").unwrap();
+    let out = ankh(&["serve", "--config", config.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("ankh.toml:3: log.format: must be \"text\" or \"json\", got \"xml\""),
+        "{err}"
+    );
+}
+
+#[test]
 fn new_then_build_then_serve_then_request() {
     let dir = TempDir::new("new");
     let out = Command::new(ankh_bin())

@@ -88,11 +88,17 @@ pub struct ServeArgs {
     pub print_config: bool,
 
     /// Log format on stderr: `text` (one readable line per event) or `json` (one JSON object
-    /// per line). The level comes from RUST_LOG [default: info].
-    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    pub log_format: String,
+    /// per line) [default: text; config: log.format].
+    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"])]
+    pub log_format: Option<String>,
 
-    /// Do not write an access-log line per request (target `ankh::access`).
+    /// Log filter, e.g. `info` or `warn,ankh::reload=debug` [default: info; config: log.level].
+    /// RUST_LOG, when set, replaces it.
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+
+    /// Do not write an access-log line per request (target `ankh::access`) [config:
+    /// log.access_log].
     #[arg(long)]
     pub no_access_log: bool,
 
@@ -266,6 +272,9 @@ impl ServeArgs {
             ws_max_message_bytes: self.ws_max_message_bytes,
             ws_ping_interval_ms: self.ws_ping_interval_ms,
             ws_pong_timeout_ms: self.ws_pong_timeout_ms,
+            log_format: self.log_format,
+            no_access_log: self.no_access_log,
+            log_level: self.log_level,
         };
         let config = match path {
             Some(path) => {

@@ -34,9 +34,26 @@ pub struct ServeConfig {
     pub admin: Option<SocketAddr>,
     /// Where to write the listening address once the server accepts connections.
     pub ready_file: Option<PathBuf>,
+    /// What goes to stderr, and how.
+    pub log: LogConfig,
     /// The config file that was read, if any.
     pub source: Option<PathBuf>,
 }
+
+/// The log on stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// One JSON object per line instead of readable text.
+    pub json: bool,
+    /// One line per request, target `ankh::access`.
+    pub access_log: bool,
+    /// A `tracing` filter (`info`, `warn,ankh::reload=debug`, ...). `RUST_LOG`, when set,
+    /// replaces it.
+    pub level: String,
+}
+
+/// The log level when neither the config nor `RUST_LOG` gives one.
+pub const DEFAULT_LOG_LEVEL: &str = "info";
 
 /// `ankh.toml`. Every key is optional; unknown keys are errors.
 #[derive(Debug, Default, Deserialize)]
@@ -55,6 +72,16 @@ pub struct FileConfig {
     limits: FileLimits,
     #[serde(default)]
     timeouts: FileTimeouts,
+    #[serde(default)]
+    log: FileLog,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLog {
+    format: Option<Spanned<String>>,
+    access_log: Option<Spanned<bool>>,
+    level: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -112,6 +139,9 @@ pub struct Overrides {
     pub ws_max_message_bytes: Option<u64>,
     pub ws_ping_interval_ms: Option<u64>,
     pub ws_pong_timeout_ms: Option<u64>,
+    pub log_format: Option<String>,
+    pub no_access_log: bool,
+    pub log_level: Option<String>,
 }
 
 /// A bad configuration value, with where it came from.
@@ -458,6 +488,33 @@ impl ServeConfig {
             t.ws_pong_ms.as_ref(),
             d.ws_pong_timeout,
         )?;
+        let (format, format_span) = pick(flags.log_format.clone(), f.log.format.as_ref());
+        let json = match format.as_deref().unwrap_or("text") {
+            "text" => false,
+            "json" => true,
+            other => {
+                return Err(ConfigError::Value {
+                    origin: origin.describe("--log-format", "log.format", format_span),
+                    message: format!("must be \"text\" or \"json\", got {other:?}"),
+                });
+            }
+        };
+        let access_log =
+            !flags.no_access_log && f.log.access_log.as_ref().is_none_or(|a| *a.get_ref());
+        let (level, level_span) = pick(flags.log_level.clone(), f.log.level.as_ref());
+        let level = level.unwrap_or_else(|| DEFAULT_LOG_LEVEL.to_owned());
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&level) {
+            return Err(ConfigError::Value {
+                origin: origin.describe("--log-level", "log.level", level_span),
+                message: format!("invalid log filter {level:?}: {e}"),
+            });
+        }
+        let log = LogConfig {
+            json,
+            access_log,
+            level,
+        };
+
         let limits = Limits {
             max_head_bytes: max_head_bytes as usize,
             max_target_bytes: (max_target_bytes as usize).min(max_head_bytes as usize),
@@ -487,6 +544,7 @@ impl ServeConfig {
             cache_dir,
             admin,
             ready_file,
+            log,
             source: file.map(|(_, path, _)| path.to_owned()),
         })
     }
@@ -509,6 +567,13 @@ impl ServeConfig {
             ready_file: Option<&'a Path>,
             limits: OutLimits,
             timeouts: OutTimeouts,
+            log: OutLog<'a>,
+        }
+        #[derive(Serialize)]
+        struct OutLog<'a> {
+            format: &'static str,
+            access_log: bool,
+            level: &'a str,
         }
         #[derive(Serialize)]
         struct OutLimits {
@@ -564,6 +629,11 @@ impl ServeConfig {
                 drain_ms: l.drain_timeout.as_millis() as u64,
                 ws_ping_ms: l.ws_ping_interval.as_millis() as u64,
                 ws_pong_ms: l.ws_pong_timeout.as_millis() as u64,
+            },
+            log: OutLog {
+                format: if self.log.json { "json" } else { "text" },
+                access_log: self.log.access_log,
+                level: &self.log.level,
             },
         };
         toml::to_string(&out).unwrap_or_default()
@@ -633,6 +703,38 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert_eq!(e, "--workers: must be between 1 and 10000, got 0");
+    }
+
+    #[test]
+    fn log_keys_apply_and_are_checked() {
+        let c = ServeConfig::resolve(None, Overrides::default()).unwrap();
+        assert_eq!(
+            c.log,
+            LogConfig {
+                json: false,
+                access_log: true,
+                level: "info".into()
+            }
+        );
+        let text = "[log]\nformat = \"json\"\naccess_log = false\nlevel = \"warn\"\n";
+        let c = from_text(text, Overrides::default()).unwrap();
+        assert!(c.log.json && !c.log.access_log);
+        assert_eq!(c.log.level, "warn");
+        let flags = Overrides {
+            log_format: Some("text".into()),
+            log_level: Some("debug".into()),
+            ..Overrides::default()
+        };
+        let c = from_text(text, flags).unwrap();
+        assert!(!c.log.json);
+        assert_eq!(c.log.level, "debug");
+        let e = from_text("[log]\nlevel = \"info,=[\"\n", Overrides::default()).unwrap_err();
+        assert!(
+            e.starts_with("/etc/ankh/ankh.toml:2: log.level: invalid log filter"),
+            "{e}"
+        );
+        let e = from_text("[log]\ncolour = true\n", Overrides::default()).unwrap_err();
+        assert!(e.contains("unknown field `colour`"), "{e}");
     }
 
     #[test]

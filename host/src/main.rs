@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use ankh::cli::{Cli, Command};
+use ankh::config::{DEFAULT_LOG_LEVEL, LogConfig};
 use ankh::net::event_loop::{Ended, StopHandle};
 use ankh::server::Server;
 use clap::Parser;
@@ -10,25 +11,6 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (json, access_log) = match &cli.command {
-        Command::Serve(args) => (args.log_format == "json", !args.no_access_log),
-        Command::Dev(args) => (args.serve.log_format == "json", !args.serve.no_access_log),
-        _ => (false, false),
-    };
-    let default = if access_log {
-        "info"
-    } else {
-        "info,ankh::access=off"
-    };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        logs.json().init();
-    } else {
-        logs.init();
-    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -36,6 +18,32 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Starts the log on stderr. `RUST_LOG`, when set, replaces the configured filter.
+fn init_logging(log: &LogConfig) {
+    let mut filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&log.level));
+    if !log.access_log {
+        filter = filter.add_directive("ankh::access=off".parse().expect("a valid directive"));
+    }
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if log.json {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
+}
+
+/// The log of commands that read no server configuration.
+fn default_logging() {
+    init_logging(&LogConfig {
+        json: false,
+        access_log: false,
+        level: DEFAULT_LOG_LEVEL.to_owned(),
+    });
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -47,6 +55,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 print!("{}", config.to_toml());
                 return Ok(());
             }
+            init_logging(&config.log);
             if let Some(file) = &config.source {
                 tracing::info!(file = %file.display(), "configuration read");
             }
@@ -74,6 +83,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Check(args) => {
             let config = args.serve.into_config()?;
+            init_logging(&config.log);
             let report = ankh::check::check(&args.file, &config)?;
             print!("{}", report.text);
             if report.accepted {
@@ -83,10 +93,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Dev(args) => {
+            let mut config = args.serve.into_config()?;
+            init_logging(&config.log);
             if let Err(e) = ankh::builder::build(&args.src, &args.src, !args.debug) {
                 eprintln!("ankh dev: initial build failed ({e:#}); serving what is there");
             }
-            let mut config = args.serve.into_config()?;
             config.plugins_dir = args.src.clone();
             config.watch = true;
             let server = Server::bind(&config)?;
@@ -108,6 +119,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::New(args) => {
+            default_logging();
             let root = ankh::new::create(&args.name, &args.dir, args.sdk.as_deref())?;
             println!(
                 "created {}: build it with `ankh build {}`, then serve it at /{}",
@@ -118,6 +130,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Build(args) => {
+            default_logging();
             let out = args.out.unwrap_or_else(|| args.src.clone());
             let built = ankh::builder::build(&args.src, &out, !args.debug)?;
             for b in &built {
