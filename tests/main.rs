@@ -30,6 +30,8 @@ mod admin;
 mod browser;
 // The command line: building plugins, what serve logs.
 mod cli;
+// A plugin written in Python (componentize-py) against the same WIT world.
+mod python;
 // Hostile and broken clients, limits, timeouts, graceful drain, load and fault runs: A22-A25,
 // A59, A60.
 mod hardening;
