@@ -195,6 +195,15 @@ fn bench_endpoints() {
     assert_eq!(s.get("/bench/"), (200, "Hello, World!".to_owned()));
     assert_eq!(s.get("/bench/busy?us=100"), (200, "ok".to_owned()));
     assert_eq!(s.get("/bench/sleep?ms=5"), (200, "ok".to_owned()));
+    // A guest sleep goes through ankh's own timer (not WASI's): never shorter than asked.
+    for ms in [1u64, 30] {
+        let started = std::time::Instant::now();
+        assert_eq!(
+            s.get(&format!("/bench/sleep?ms={ms}")),
+            (200, "ok".to_owned())
+        );
+        assert!(started.elapsed() >= std::time::Duration::from_millis(ms));
+    }
     assert_eq!(s.get("/bench/sleep?ms=abc").0, 400);
     assert_eq!(s.get("/bench/busy").0, 400);
 }

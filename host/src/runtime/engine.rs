@@ -97,6 +97,7 @@ impl Runtime {
         };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        super::timer::add_to_linker(&mut linker)?;
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
         let ticker = EpochTicker::start(engine.clone(), EPOCH_TICK);
         Ok(Arc::new(Runtime {

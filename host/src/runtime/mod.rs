@@ -10,7 +10,8 @@
 //! - [`state`]: the store data and the host side of the WIT imports;
 //! - [`call`]: the request a call is answering, and sending its response;
 //! - [`kv`]: the key-value store shared by all instances of a plugin;
-//! - [`stdio`]: plugin stdout/stderr, captured into the host's log.
+//! - [`stdio`]: plugin stdout/stderr, captured into the host's log;
+//! - [`timer`]: precise guest sleeps (replaces WASI's millisecond-rounded monotonic-clock timer).
 
 pub mod bindings;
 pub mod call;
@@ -22,3 +23,4 @@ pub mod policy;
 pub mod registry;
 pub mod state;
 pub mod stdio;
+pub mod timer;

@@ -100,6 +100,11 @@ impl HostState {
     fn plugin(&self) -> &str {
         &self.tags.plugin
     }
+
+    /// The instance's resource table.
+    pub(super) fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
+    }
 }
 
 impl WasiView for HostState {
