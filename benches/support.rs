@@ -3,8 +3,9 @@
 //! numbers on a shared machine mean little.
 
 use std::hint::black_box;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The repository root.
@@ -56,4 +57,98 @@ pub fn report(name: &str, candidate_ns: f64, baseline: &str, baseline_ns: f64) {
         "{name:<40} {candidate_ns:>9.1} ns   {baseline:<28} {baseline_ns:>9.1} ns   ratio {:.2}",
         candidate_ns / baseline_ns
     );
+}
+
+/// A running `ankh serve` (the release binary), killed when dropped.
+pub struct Ankh {
+    child: Child,
+    pub addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Drop for Ankh {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Starts `target/release/ankh serve` on a free loopback port with `plugin` installed as
+/// `name` in a fresh plugins directory, plus `args`; returns once it accepts connections.
+pub fn start_ankh(plugin: &Path, name: &str, args: &[&str]) -> Ankh {
+    let bin = root().join("target/release/ankh");
+    assert!(
+        bin.is_file(),
+        "{} is missing: cargo build --release -p ankh",
+        bin.display()
+    );
+    let dir = std::env::temp_dir().join(format!(
+        "ankh-bench-{}-{}",
+        std::process::id(),
+        rand_tag()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(plugin, dir.join(name)).unwrap();
+    let ready = dir.with_extension("ready");
+    let _ = std::fs::remove_file(&ready);
+    let child = Command::new(bin)
+        .args(["serve", "--listen", "127.0.0.1:0", "--no-access-log", "--plugins"])
+        .arg(&dir)
+        .arg("--ready-file")
+        .arg(&ready)
+        .args(["--cache-dir"])
+        .arg(root().join("target/bench-cache"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let addr = loop {
+        if let Ok(text) = std::fs::read_to_string(&ready) {
+            let _ = std::fs::remove_file(&ready);
+            break text.trim().parse().unwrap();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "ankh did not start"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Ankh { child, addr, dir }
+}
+
+/// A tag that differs between calls, for unique directory names.
+fn rand_tag() -> u128 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed) as u128
+}
+
+/// The machine the figures come from: CPU model, cores, memory, kernel.
+pub fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map_or("unknown CPU", str::trim)
+        .to_owned();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib >> 20);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{model}, {cores} cores, {mem_gib} GiB, Linux {}",
+        kernel.trim()
+    )
 }

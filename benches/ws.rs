@@ -30,65 +30,6 @@ fn bench_plugin() -> PathBuf {
     benches::build_example_plugins(Some("bench")).join("bench.wasm")
 }
 
-struct Ankh {
-    child: Child,
-    addr: SocketAddr,
-    _dir: PathBuf,
-}
-
-impl Drop for Ankh {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_ankh(plugin: &Path, workers: usize) -> Ankh {
-    let bin = benches::root().join("target/release/ankh");
-    assert!(
-        bin.is_file(),
-        "{} is missing: cargo build --release -p ankh",
-        bin.display()
-    );
-    let dir = std::env::temp_dir().join(format!("ankh-ws-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(plugin, dir.join("bench.wasm")).unwrap();
-    let ready = dir.join("ready");
-    let child = Command::new(bin)
-        .args(["serve", "--listen", "127.0.0.1:0", "--plugins"])
-        .arg(&dir)
-        .arg("--ready-file")
-        .arg(&ready)
-        .args([
-            "--workers",
-            &workers.to_string(),
-            "--max-connections",
-            "50000",
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let addr = loop {
-        if let Ok(text) = std::fs::read_to_string(&ready) {
-            break text.trim().parse().unwrap();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "ankh did not start"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Ankh {
-        child,
-        addr,
-        _dir: dir,
-    }
-}
-
 /// A native echo server: tokio-tungstenite on a multi-threaded runtime.
 fn start_native(threads: usize) -> SocketAddr {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -209,7 +150,11 @@ fn main() {
         .ok()
         .and_then(|w| w.parse().ok())
         .unwrap_or(cores);
-    let ankh = start_ankh(&plugin, workers);
+    let ankh = benches::start_ankh(
+        &plugin,
+        "bench.wasm",
+        &["--workers", &workers.to_string(), "--max-connections", "50000"],
+    );
     let native = start_native(cores);
     let (mut best_ankh, mut best_native) = (0f64, 0f64);
     for _ in 0..ROUNDS {
@@ -228,7 +173,11 @@ fn main() {
     drop(ankh);
 
     // 2. and 3. Idle connections and one broadcast.
-    let ankh = start_ankh(&plugin, cores * 4);
+    let ankh = benches::start_ankh(
+        &plugin,
+        "bench.wasm",
+        &["--workers", &(cores * 4).to_string(), "--max-connections", "50000"],
+    );
     let pid = ankh.child.id();
     // Warm: one connection, so instances and the pool exist before the baseline.
     let warm = open_raw(ankh.addr, 1);

@@ -1,0 +1,330 @@
+//! HTTP load: ankh serving the `bench` plugin against a native hyper server on tokio serving
+//! the same three endpoints, in the same run, under the same load generator (`cargo bench -p
+//! benches --bench load`, after `cargo build --release -p ankh`; needs `wrk`, from Debian's
+//! `wrk` package).
+//!
+//! - `/`: hello world over keep-alive connections: the cost of the server itself.
+//! - `/busy?us=100`: 100 µs of CPU per request: a handler that computes.
+//! - `/sleep?ms=10`: 10 ms of waiting per request, Mummy's benchmark: a handler blocked on a
+//!   slow backend. The ceiling is connections × 1000 / 10 requests per second.
+//!
+//! The baseline is what a Rust developer would write without a sandbox: hyper 1 on a tokio
+//! multi-threaded runtime, with as many runtime threads as ankh has workers, the same
+//! response headers, `tokio::time::sleep` for the sleep and a spin for the CPU work. It is
+//! also run with one thread per core, its best configuration for the first two endpoints.
+//! Each (server, endpoint) pair is measured `ROUNDS` times, alternating, and the best round
+//! is kept. Results go to stdout and to `target/bench-results/load.json`, which `benches/
+//! report.sh` turns into a report with charts.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+
+/// One endpoint under load.
+struct Scenario {
+    name: &'static str,
+    path: &'static str,
+    connections: usize,
+    /// ankh's workers, and the baseline's runtime threads.
+    threads: usize,
+    /// The best possible requests per second, where one exists.
+    ceiling: Option<f64>,
+    /// What it stands for, for the report.
+    simulates: &'static str,
+}
+
+/// What wrk measured.
+#[derive(Debug, Clone, Copy, Default)]
+struct Run {
+    rps: f64,
+    p50_ms: f64,
+    p90_ms: f64,
+    p99_ms: f64,
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let round = if quick {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_secs(5)
+    };
+    let rounds = if quick { 1 } else { 2 };
+    if Command::new("wrk").arg("--version").output().is_err() {
+        eprintln!("the load benchmark needs wrk: apt-get install wrk");
+        std::process::exit(2);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let default_workers = cores * ankh::limits::WORKERS_PER_CORE;
+    let scenarios = [
+        Scenario {
+            name: "hello",
+            path: "/",
+            connections: 64,
+            threads: default_workers,
+            ceiling: None,
+            simulates: "the server's own cost per request: parse, dispatch, one plugin call, encode",
+        },
+        Scenario {
+            name: "busy?us=100",
+            path: "/busy?us=100",
+            connections: 64,
+            threads: default_workers,
+            ceiling: Some(cores as f64 * 10_000.0),
+            simulates: "a handler that computes for 100 µs (ceiling: cores / 100 µs)",
+        },
+        Scenario {
+            name: "sleep?ms=10",
+            path: "/sleep?ms=10",
+            connections: 100,
+            threads: 100,
+            ceiling: Some(100.0 * 100.0),
+            simulates: "a handler blocked 10 ms on a backend (ceiling: 100 connections / 10 ms)",
+        },
+    ];
+    let plugin = benches::build_example_plugins(Some("bench")).join("bench.wasm");
+
+    println!(
+        "{:<13} {:<22} {:>9} {:>8} {:>8} {:>8}",
+        "endpoint", "server", "req/s", "p50 ms", "p90 ms", "p99 ms"
+    );
+    let mut results = Vec::new();
+    for s in &scenarios {
+        let threads = s.threads.to_string();
+        let servers: [(String, Box<dyn Fn() -> Box<dyn Server>>); 3] = [
+            (
+                format!("ankh ({} workers)", s.threads),
+                Box::new(|| {
+                    Box::new(benches::start_ankh(
+                        &plugin,
+                        "index.wasm",
+                        &["--workers", &threads],
+                    )) as Box<dyn Server>
+                }),
+            ),
+            (
+                format!("hyper ({} threads)", s.threads),
+                Box::new(move || Box::new(Hyper::start(s.threads)) as Box<dyn Server>),
+            ),
+            (
+                format!("hyper ({cores} threads)"),
+                Box::new(move || Box::new(Hyper::start(cores)) as Box<dyn Server>),
+            ),
+        ];
+        let mut best = vec![Run::default(); servers.len()];
+        for _ in 0..rounds {
+            for (i, (_, start)) in servers.iter().enumerate() {
+                let server = start();
+                let url = format!("http://{}{}", server.addr(), s.path);
+                // Warm up: instances, caches, TCP.
+                wrk(&url, s.connections, Duration::from_secs(1));
+                let run = wrk(&url, s.connections, round);
+                if run.rps > best[i].rps {
+                    best[i] = run;
+                }
+            }
+        }
+        for ((name, _), run) in servers.iter().zip(&best) {
+            println!(
+                "{:<13} {:<22} {:>9.0} {:>8.2} {:>8.2} {:>8.2}",
+                s.name, name, run.rps, run.p50_ms, run.p90_ms, run.p99_ms
+            );
+        }
+        let ratio_same = best[0].rps / best[1].rps;
+        let ratio_best = best[0].rps / best[1].rps.max(best[2].rps);
+        print!("{:<13} ankh/hyper: {ratio_same:.2} same threads, {ratio_best:.2} vs its best", s.name);
+        if let Some(c) = s.ceiling {
+            print!(
+                "; of the {c:.0} req/s ceiling: ankh {:.1}%, hyper {:.1}%",
+                100.0 * best[0].rps / c,
+                100.0 * best[1].rps.max(best[2].rps) / c
+            );
+        }
+        println!();
+        results.push(json!({
+            "endpoint": s.name,
+            "path": s.path,
+            "connections": s.connections,
+            "simulates": s.simulates,
+            "ceiling": s.ceiling,
+            "runs": servers.iter().zip(&best).map(|((name, _), r)| json!({
+                "server": name,
+                "rps": r.rps,
+                "p50_ms": r.p50_ms,
+                "p90_ms": r.p90_ms,
+                "p99_ms": r.p99_ms,
+            })).collect::<Vec<_>>(),
+        }));
+    }
+    let out = benches::root().join("target/bench-results");
+    std::fs::create_dir_all(&out).unwrap();
+    let doc = json!({
+        "machine": benches::machine(),
+        "round_seconds": round.as_secs(),
+        "rounds": rounds,
+        "generator": "wrk -t2 --latency",
+        "scenarios": results,
+    });
+    std::fs::write(
+        out.join("load.json"),
+        serde_json::to_string_pretty(&doc).unwrap(),
+    )
+    .unwrap();
+    println!("wrote {}", out.join("load.json").display());
+}
+
+/// Runs wrk against `url` and reads its summary.
+fn wrk(url: &str, connections: usize, duration: Duration) -> Run {
+    let out = Command::new("wrk")
+        .args(["-t2", "--latency", "--timeout", "5s"])
+        .arg(format!("-c{connections}"))
+        .arg(format!("-d{}s", duration.as_secs().max(1)))
+        .arg(url)
+        .output()
+        .expect("wrk");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "wrk failed: {text}");
+    assert!(
+        !text.contains("Non-2xx") && !text.contains("Socket errors"),
+        "errors under load against {url}:\n{text}"
+    );
+    let field = |prefix: &str| -> Option<&str> {
+        text.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(prefix))
+            .map(str::trim)
+    };
+    let ms = |prefix: &str| field(prefix).map(duration_ms).unwrap_or(f64::NAN);
+    Run {
+        rps: field("Requests/sec:")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0),
+        p50_ms: ms("50%"),
+        p90_ms: ms("90%"),
+        p99_ms: ms("99%"),
+    }
+}
+
+/// wrk's `812.00us`, `1.20ms`, `1.01s` in milliseconds.
+fn duration_ms(text: &str) -> f64 {
+    let (number, scale) = if let Some(n) = text.strip_suffix("us") {
+        (n, 0.001)
+    } else if let Some(n) = text.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1000.0)
+    } else {
+        (text, f64::NAN)
+    };
+    number.parse::<f64>().map_or(f64::NAN, |n| n * scale)
+}
+
+trait Server {
+    fn addr(&self) -> SocketAddr;
+}
+
+impl Server for benches::Ankh {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+/// The baseline: hyper 1 on a tokio runtime of its own, stopped when dropped.
+struct Hyper {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Server for Hyper {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Hyper {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_timeout(Duration::from_secs(1));
+        }
+    }
+}
+
+impl Hyper {
+    fn start(threads: usize) -> Hyper {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        runtime.spawn(async move {
+            while !stopped.load(Ordering::Relaxed) {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(async move {
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service_fn(handle))
+                        .await;
+                });
+            }
+        });
+        Hyper {
+            addr,
+            stop,
+            runtime: Some(runtime),
+        }
+    }
+}
+
+/// The three endpoints, natively.
+async fn handle(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let number = |name: &str| -> u64 {
+        req.uri()
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let body: &'static str = match req.uri().path() {
+        "/" => "Hello, World!",
+        "/busy" => {
+            let budget = Duration::from_micros(number("us"));
+            let start = Instant::now();
+            while start.elapsed() < budget {
+                std::hint::spin_loop();
+            }
+            "ok"
+        }
+        "/sleep" => {
+            tokio::time::sleep(Duration::from_millis(number("ms"))).await;
+            "ok"
+        }
+        _ => "not found",
+    };
+    Ok(Response::builder()
+        .header("content-type", "text/plain; charset=utf-8")
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .unwrap())
+}
