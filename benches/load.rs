@@ -143,7 +143,10 @@ fn main() {
         }
         let ratio_same = best[0].rps / best[1].rps;
         let ratio_best = best[0].rps / best[1].rps.max(best[2].rps);
-        print!("{:<13} ankh/hyper: {ratio_same:.2} same threads, {ratio_best:.2} vs its best", s.name);
+        print!(
+            "{:<13} ankh/hyper: {ratio_same:.2} same threads, {ratio_best:.2} vs its best",
+            s.name
+        );
         if let Some(c) = s.ceiling {
             print!(
                 "; of the {c:.0} req/s ceiling: ankh {:.1}%, hyper {:.1}%",

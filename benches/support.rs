@@ -83,18 +83,21 @@ pub fn start_ankh(plugin: &Path, name: &str, args: &[&str]) -> Ankh {
         "{} is missing: cargo build --release -p ankh",
         bin.display()
     );
-    let dir = std::env::temp_dir().join(format!(
-        "ankh-bench-{}-{}",
-        std::process::id(),
-        rand_tag()
-    ));
+    let dir =
+        std::env::temp_dir().join(format!("ankh-bench-{}-{}", std::process::id(), rand_tag()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(plugin, dir.join(name)).unwrap();
     let ready = dir.with_extension("ready");
     let _ = std::fs::remove_file(&ready);
     let child = Command::new(bin)
-        .args(["serve", "--listen", "127.0.0.1:0", "--no-access-log", "--plugins"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-access-log",
+            "--plugins",
+        ])
         .arg(&dir)
         .arg("--ready-file")
         .arg(&ready)

@@ -153,7 +153,12 @@ fn main() {
     let ankh = benches::start_ankh(
         &plugin,
         "bench.wasm",
-        &["--workers", &workers.to_string(), "--max-connections", "50000"],
+        &[
+            "--workers",
+            &workers.to_string(),
+            "--max-connections",
+            "50000",
+        ],
     );
     let native = start_native(cores);
     let (mut best_ankh, mut best_native) = (0f64, 0f64);
@@ -176,7 +181,12 @@ fn main() {
     let ankh = benches::start_ankh(
         &plugin,
         "bench.wasm",
-        &["--workers", &(cores * 4).to_string(), "--max-connections", "50000"],
+        &[
+            "--workers",
+            &(cores * 4).to_string(),
+            "--max-connections",
+            "50000",
+        ],
     );
     let pid = ankh.child.id();
     // Warm: one connection, so instances and the pool exist before the baseline.

@@ -51,6 +51,10 @@ pub const READ_CHUNK_BYTES: usize = 16 * 1024;
 /// Bodies at or below this size are never compressed (the gain does not pay the CPU).
 pub const GZIP_MIN_BYTES: usize = 860;
 
+/// The gzip/deflate level for responses. Level 1 (nginx's default) compressed a 4.6 KB JSON body
+/// to 407 bytes in 11 µs; levels 4-6 got 364 bytes in 20-35 µs (`cargo bench --bench micro`).
+pub const GZIP_LEVEL: u32 = 1;
+
 /// Longest line a plugin may write to stdout/stderr before it is split.
 pub const GUEST_LOG_LINE_BYTES: usize = 4 * 1024;
 

@@ -4,7 +4,7 @@ use flate2::Compression;
 use flate2::write::{GzEncoder, ZlibEncoder};
 use std::io::Write;
 
-use crate::limits::GZIP_MIN_BYTES;
+use crate::limits::{GZIP_LEVEL, GZIP_MIN_BYTES};
 
 /// A content coding the host can apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +104,7 @@ pub fn compressible(content_type: Option<&[u8]>, len: usize) -> bool {
 /// Compresses `body` with `coding`.
 pub fn compress(coding: Coding, body: &[u8]) -> Vec<u8> {
     let out = Vec::with_capacity(body.len() / 3 + 64);
-    let level = Compression::new(5);
+    let level = Compression::new(GZIP_LEVEL);
     let result = match coding {
         Coding::Gzip => {
             let mut e = GzEncoder::new(out, level);

@@ -1,0 +1,239 @@
+//! Micro benchmarks (criterion), each beside a baseline in the same group
+//! (`cargo bench -p benches --bench micro`):
+//!
+//! - `parse`: a browser-like request head through `ankh::proto::request::parse` (httparse,
+//!   framing, header validation, owned copies), against bare `httparse::Request::parse`;
+//! - `encode`: a response head and body by direct appends into a reused buffer (ankh's
+//!   `encode`, with its cached `Date`) against the same bytes built with `format!`;
+//! - `gzip`: a typical 4 KiB JSON body, compressed at ankh's level (`GZIP_LEVEL`, 1) against flate2's
+//!   default level (6);
+//! - `plugin`: one `handle-request` call on a reused instance of the `bench` plugin, and one
+//!   fresh instantiation with and without the pooling allocator.
+//!
+//! Criterion writes its estimates under `target/criterion`; `benches/report.sh` reads them.
+
+use std::hint::black_box;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ankh::job::{ConnId, reply_channel};
+use ankh::limits::Limits;
+use ankh::proto::Version;
+use ankh::proto::encoding::{Coding, compress};
+use ankh::proto::response::{RequestMeta, encode};
+use ankh::runtime::bindings::types;
+use ankh::runtime::call::{Access, CallContext, Origin};
+use ankh::runtime::engine::{Runtime, RuntimeConfig};
+use ankh::runtime::instance::Instance;
+use ankh::runtime::plugin::Plugin;
+use ankh::runtime::state::WsLink;
+use criterion::{Criterion, criterion_group, criterion_main};
+
+const HEAD: &[u8] = b"GET /todo/items?sort=asc&page=2 HTTP/1.1\r\n\
+Host: localhost:8080\r\n\
+User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0\r\n\
+Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\r\n\
+Accept-Language: en-US,en;q=0.5\r\n\
+Accept-Encoding: gzip, deflate, br, zstd\r\n\
+Connection: keep-alive\r\n\
+Cookie: session=4f6c2b1e9a; theme=dark\r\n\
+Upgrade-Insecure-Requests: 1\r\n\
+Sec-Fetch-Dest: document\r\n\
+Sec-Fetch-Mode: navigate\r\n\
+Sec-Fetch-Site: none\r\n\
+Priority: u=0, i\r\n\r\n";
+
+fn parse(c: &mut Criterion) {
+    let limits = Limits::default();
+    let mut g = c.benchmark_group("parse");
+    g.bench_function("ankh", |b| {
+        b.iter(|| ankh::proto::request::parse(black_box(HEAD), &limits).unwrap())
+    });
+    g.bench_function("httparse", |b| {
+        b.iter(|| {
+            let mut headers = [httparse::EMPTY_HEADER; 100];
+            let mut req = httparse::Request::new(&mut headers);
+            black_box(req.parse(black_box(HEAD)).unwrap());
+        })
+    });
+    g.finish();
+}
+
+fn encode_response(c: &mut Criterion) {
+    let headers = vec![(
+        "content-type".to_owned(),
+        b"text/plain; charset=utf-8".to_vec(),
+    )];
+    let body = b"Hello, World!";
+    let meta = RequestMeta {
+        version: Version::Http11,
+        head: false,
+        keep_alive: true,
+        accept_encoding: None,
+    };
+    let mut g = c.benchmark_group("encode");
+    let mut out = Vec::with_capacity(256);
+    g.bench_function("ankh", |b| {
+        b.iter(|| {
+            out.clear();
+            encode(200, &headers, black_box(body), &meta, &mut out).unwrap();
+            black_box(out.len());
+        })
+    });
+    g.bench_function("format", |b| {
+        b.iter(|| {
+            let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+            let text = format!(
+                "HTTP/1.1 {} {}\r\ndate: {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n\r\n",
+                200,
+                "OK",
+                date,
+                "text/plain; charset=utf-8",
+                body.len()
+            );
+            let mut bytes = text.into_bytes();
+            bytes.extend_from_slice(black_box(body));
+            black_box(bytes);
+        })
+    });
+    g.finish();
+}
+
+/// About 4 KiB of JSON: a page of a typical list endpoint.
+fn json_body() -> Vec<u8> {
+    let items: Vec<_> = (0..40)
+        .map(|i| {
+            serde_json::json!({
+                "id": i,
+                "title": format!("write the plugin number {i}"),
+                "done": i % 3 == 0,
+                "tags": ["work", "wasm"],
+                "created": "2026-11-30T00:00:00Z",
+            })
+        })
+        .collect();
+    serde_json::to_vec(&serde_json::json!({ "items": items, "page": 2 })).unwrap()
+}
+
+fn gzip(c: &mut Criterion) {
+    let body = json_body();
+    let mut g = c.benchmark_group("gzip");
+    g.bench_function("ankh", |b| {
+        b.iter(|| black_box(compress(Coding::Gzip, black_box(&body))))
+    });
+    g.bench_function("flate2-default", |b| {
+        b.iter(|| {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(black_box(&body)).unwrap();
+            black_box(e.finish().unwrap())
+        })
+    });
+    g.finish();
+    let ours = compress(Coding::Gzip, &body).len();
+    println!(
+        "gzip: {} bytes of JSON -> {ours} bytes at ankh's level",
+        body.len()
+    );
+}
+
+fn runtime(pooling: bool) -> Arc<Runtime> {
+    Runtime::new(RuntimeConfig {
+        workers: 4,
+        memory_bytes: Limits::default().guest_memory_bytes,
+        cpu_deadline: Duration::from_secs(2),
+        max_body_bytes: Limits::default().max_body_bytes,
+        pooling,
+        cache_dir: Some(benches::root().join("target/bench-cache")),
+    })
+    .unwrap()
+}
+
+fn plugin(c: &mut Criterion) {
+    let wasm = benches::build_example_plugins(Some("bench")).join("bench.wasm");
+    let (reply, replies) = reply_channel(Arc::new(|| {}));
+    let hub = Arc::new(ankh::hub::Hub::default());
+    let link = WsLink {
+        hub: hub.clone(),
+        reply: reply.clone(),
+    };
+    let pooled = runtime(true);
+    let on_demand = runtime(false);
+    assert!(pooled.pooling, "the pooling allocator is unavailable here");
+    let plugin = Arc::new(Plugin::load(&pooled, "bench", &wasm).unwrap());
+    let plugin_on_demand = Arc::new(Plugin::load(&on_demand, "bench", &wasm).unwrap());
+
+    let request = types::Request {
+        id: "0000000000000001".into(),
+        method: "GET".into(),
+        path: "/bench".into(),
+        mount: "/bench".into(),
+        query: String::new(),
+        headers: vec![
+            types::Header {
+                name: "host".into(),
+                value: b"localhost:8080".to_vec(),
+            },
+            types::Header {
+                name: "user-agent".into(),
+                value: b"wrk".to_vec(),
+            },
+        ],
+        body: Vec::new(),
+        remote_addr: "127.0.0.1:50000".into(),
+        version: types::HttpVersion::Http11,
+    };
+    let origin = Origin {
+        conn: ConnId { slot: 0, serial: 0 },
+        seq: 0,
+        request_id: 1,
+        version: Version::Http11,
+        head: false,
+        keep_alive: true,
+        accept_encoding: None,
+        access: Access {
+            remote: "127.0.0.1:50000".parse().unwrap(),
+            method: "GET".into(),
+            path: "/bench".into(),
+            received: std::time::Instant::now(),
+            metrics: None,
+        },
+    };
+
+    let mut g = c.benchmark_group("plugin");
+    let mut instance = Instance::new(plugin.clone(), link.clone()).unwrap();
+    let mut buf = Vec::new();
+    g.bench_function("call-reused-instance", |b| {
+        b.iter(|| {
+            let call = CallContext::new(
+                origin.clone(),
+                plugin.name.clone(),
+                reply.clone(),
+                std::mem::take(&mut buf),
+            );
+            let (outcome, call) = instance.handle_request(&request, call);
+            match outcome.unwrap() {
+                types::Outcome::Respond(r) => assert_eq!(r.status, 200),
+                _ => panic!("the bench plugin responds"),
+            }
+            buf = call.into_buffer();
+        })
+    });
+    g.bench_function("instantiate-pooling", |b| {
+        b.iter(|| black_box(Instance::new(plugin.clone(), link.clone()).unwrap()))
+    });
+    g.bench_function("instantiate-on-demand", |b| {
+        b.iter(|| black_box(Instance::new(plugin_on_demand.clone(), link.clone()).unwrap()))
+    });
+    g.finish();
+    drop(replies);
+}
+
+criterion_group! {
+    name = micro;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = parse, encode_response, gzip, plugin
+}
+criterion_main!(micro);
