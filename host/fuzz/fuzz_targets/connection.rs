@@ -105,7 +105,7 @@ fuzz_target!(|data: &[u8]| {
         conn.stream.ready.extend(&stream[fed..end]);
         fed = end;
         conn.stream.window = if knob & 0x40 != 0 { 7 } else { 1 << 20 };
-        open = conn.on_ready(&mut ctx) == Liveness::Open;
+        open = conn.on_ready(false, &mut ctx) == Liveness::Open;
         if open && knob & 0x80 != 0 {
             now += Duration::from_secs(u64::from(knob & 0x3f));
             open = conn.on_timer(now, &mut ctx) == Liveness::Open;
@@ -115,7 +115,7 @@ fuzz_target!(|data: &[u8]| {
     if open {
         conn.stream.eof = true;
         conn.stream.window = 1 << 20;
-        let _ = conn.on_ready(&mut ctx);
+        let _ = conn.on_ready(true, &mut ctx);
     }
     check_responses(&conn.stream.out);
 });

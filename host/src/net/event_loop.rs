@@ -196,7 +196,7 @@ impl EventLoop {
                 match event.token() {
                     LISTENER => self.accept(),
                     WAKER => self.deliver_replies(),
-                    Token(slot) => self.on_conn_event(slot),
+                    Token(slot) => self.on_conn_event(slot, event.is_read_closed()),
                 }
             }
             let now = Instant::now();
@@ -308,8 +308,8 @@ impl EventLoop {
         }
     }
 
-    fn on_conn_event(&mut self, slot: usize) {
-        self.drive(slot, None, |conn, ctx| conn.on_ready(ctx));
+    fn on_conn_event(&mut self, slot: usize, read_closed: bool) {
+        self.drive(slot, None, |conn, ctx| conn.on_ready(read_closed, ctx));
     }
 
     fn deliver_replies(&mut self) {
