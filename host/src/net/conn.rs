@@ -640,7 +640,7 @@ impl<S: Transport> Conn<S> {
                 message: "the server is shutting down".to_owned(),
                 retry_after: None,
             };
-            access.log(immediate.status, 0, "-", "-");
+            access.log(immediate.status, 0, "-", None);
             self.answer(&immediate, version, is_head, false);
             return;
         }
@@ -648,7 +648,7 @@ impl<S: Transport> Conn<S> {
             .dispatcher
             .dispatch(self.id, self.seq, mount, head, body, self.peer)
         {
-            access.log(immediate.status, 0, "-", "-");
+            access.log(immediate.status, 0, "-", None);
             self.answer(&immediate, version, is_head, keep_alive);
         }
     }
@@ -691,7 +691,7 @@ impl<S: Transport> Conn<S> {
             received: Instant::now(),
             metrics: None,
         };
-        access.log(e.status(), 0, "-", "-");
+        access.log(e.status(), 0, "-", None);
         self.rbuf.clear();
         let req = RequestMeta {
             version: Version::Http11,

@@ -69,7 +69,9 @@ pub struct Access {
 
 impl Access {
     /// One access-log line (target `ankh::access`, off with `--no-access-log`).
-    pub fn log(&self, status: u16, bytes: usize, plugin: &str, request: &str) {
+    /// `request` is the request id, `None` for requests no plugin saw (logged as `-`). Nothing
+    /// is formatted unless the line is written.
+    pub fn log(&self, status: u16, bytes: usize, plugin: &str, request: Option<u64>) {
         if let Some(m) = &self.metrics {
             m.response(status, self.received.elapsed());
         }
@@ -82,11 +84,23 @@ impl Access {
             bytes,
             duration_us = self.received.elapsed().as_micros() as u64,
             plugin = %plugin,
-            request = %request,
+            request = %RequestId(request),
             "{} {} {status}",
             self.method,
             self.path
         );
+    }
+}
+
+/// A request id as logged: 16 hex digits, or `-`.
+struct RequestId(Option<u64>);
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(id) => write!(f, "{id:016x}"),
+            None => f.write_str("-"),
+        }
     }
 }
 
@@ -207,18 +221,13 @@ impl CallContext {
 
     /// Marks the request answered by a switch to WebSocket, sent by the caller.
     pub fn log_upgrade(&self) {
-        self.access
-            .log(101, 0, &self.plugin, &format!("{:016x}", self.request_id));
+        self.access.log(101, 0, &self.plugin, Some(self.request_id));
     }
 
     fn send(&mut self, bytes: Vec<u8>, keep_alive: bool, status: u16) {
         self.responded = true;
-        self.access.log(
-            status,
-            bytes.len(),
-            &self.plugin,
-            &format!("{:016x}", self.request_id),
-        );
+        self.access
+            .log(status, bytes.len(), &self.plugin, Some(self.request_id));
         // The reply takes the bytes; the next response gets a fresh buffer with the same
         // capacity, so the worker's steady state allocates one buffer per response at most.
         self.buf = Vec::with_capacity(bytes.capacity().min(64 * 1024));
