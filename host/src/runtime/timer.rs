@@ -186,7 +186,13 @@ static TIMER: LazyLock<Arc<Timer>> = LazyLock::new(|| {
     let run = timer.clone();
     std::thread::Builder::new()
         .name("ankh-timer".into())
-        .spawn(move || run.run())
+        .spawn(move || {
+            // The kernel may delay a sleeping thread's wake-up by its timer slack (50 µs by
+            // default) to batch wake-ups; this thread exists to wake on time.
+            #[cfg(target_os = "linux")]
+            let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
+            run.run()
+        })
         .expect("cannot start the guest timer thread");
     timer
 });
