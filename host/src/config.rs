@@ -312,11 +312,17 @@ impl ServeConfig {
         let watch = !flags.no_watch && f.watch.as_ref().is_none_or(|w| *w.get_ref());
         let cache_on = !flags.no_cache && f.cache.as_ref().is_none_or(|c| *c.get_ref());
         let (cache_dir, cache_span) = pick(flags.cache_dir.clone(), f.cache_dir.as_ref());
+        // wasmtime's cache wants an absolute path: a relative one is taken from the working
+        // directory here, once.
         let cache_dir = match cache_dir {
             Some(dir) => Some(relative_to_file(dir, cache_span.is_some())),
             None => default_cache_dir(),
         }
-        .filter(|_| cache_on);
+        .filter(|_| cache_on)
+        .map(|dir| match std::env::current_dir() {
+            Ok(cwd) if dir.is_relative() => cwd.join(dir),
+            _ => dir,
+        });
         if let Some(dir) = &cache_dir
             && inside(dir, &plugins_dir)
         {
@@ -703,6 +709,17 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert_eq!(e, "--workers: must be between 1 and 10000, got 0");
+    }
+
+    #[test]
+    fn a_relative_cache_dir_is_made_absolute() {
+        let flags = Overrides {
+            cache_dir: Some(PathBuf::from("cache")),
+            ..Overrides::default()
+        };
+        let c = ServeConfig::resolve(None, flags).unwrap();
+        let dir = c.cache_dir.unwrap();
+        assert!(dir.is_absolute() && dir.ends_with("cache"), "{}", dir.display());
     }
 
     #[test]
