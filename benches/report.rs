@@ -83,7 +83,10 @@ fn load_section(doc: &Value, out: &Path, md: &mut String) {
     let scenarios = doc["scenarios"].as_array().cloned().unwrap_or_default();
     for s in &scenarios {
         let runs = s["runs"].as_array().cloned().unwrap_or_default();
-        let base = runs.get(1).and_then(|r| r["rps"].as_f64()).unwrap_or(f64::NAN);
+        let base = runs
+            .get(1)
+            .and_then(|r| r["rps"].as_f64())
+            .unwrap_or(f64::NAN);
         for r in &runs {
             let rps = r["rps"].as_f64().unwrap_or(0.0);
             let ceiling = s["ceiling"]
@@ -126,11 +129,7 @@ fn load_section(doc: &Value, out: &Path, md: &mut String) {
             .flat_map(|(series, r)| {
                 ["p50_ms", "p90_ms", "p99_ms"].map(|p| Bar {
                     series,
-                    label: format!(
-                        "{} {}",
-                        r["server"].as_str().unwrap_or("?"),
-                        &p[..3]
-                    ),
+                    label: format!("{} {}", r["server"].as_str().unwrap_or("?"), &p[..3]),
                     value: r[p].as_f64().unwrap_or(0.0),
                     text: format!("{:.2} ms", r[p].as_f64().unwrap_or(0.0)),
                 })

@@ -719,7 +719,11 @@ mod tests {
         };
         let c = ServeConfig::resolve(None, flags).unwrap();
         let dir = c.cache_dir.unwrap();
-        assert!(dir.is_absolute() && dir.ends_with("cache"), "{}", dir.display());
+        assert!(
+            dir.is_absolute() && dir.ends_with("cache"),
+            "{}",
+            dir.display()
+        );
     }
 
     #[test]

@@ -6,8 +6,13 @@
 //! one `Host`, at most one valid `Content-Length`, never both `Content-Length` and
 //! `Transfer-Encoding`, and `chunked` as the only and final transfer coding.
 
+use std::mem::MaybeUninit;
+
 use super::{Header, ProtoError, Status, Version, has_token};
 use crate::limits::Limits;
+
+/// Header slots kept on the stack while parsing; `limits.max_headers` above this uses the heap.
+const STACK_HEADER_SLOTS: usize = 128;
 
 /// How the body of a request is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,9 +57,20 @@ impl RequestHead {
 /// Leading empty lines are skipped (RFC 9112 §2.2). Returns `Partial` while the head is
 /// incomplete and within limits.
 pub fn parse(buf: &[u8], limits: &Limits) -> Result<Status<RequestHead>, ProtoError> {
-    let mut slots = vec![httparse::EMPTY_HEADER; limits.max_headers];
-    let mut req = httparse::Request::new(&mut slots);
-    let consumed = match req.parse(buf) {
+    // Header slots for httparse: on the stack and left uninitialised for the usual limit (a
+    // zeroed `Vec` of 100 slots was an allocation and a 3 KiB memset per parse attempt); on
+    // the heap only for a limit above it.
+    let mut stack = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADER_SLOTS];
+    let mut heap = Vec::new();
+    let slots: &mut [MaybeUninit<httparse::Header<'_>>] =
+        if limits.max_headers <= STACK_HEADER_SLOTS {
+            &mut stack[..limits.max_headers]
+        } else {
+            heap.resize_with(limits.max_headers, MaybeUninit::uninit);
+            &mut heap
+        };
+    let mut req = httparse::Request::new(&mut []);
+    let consumed = match req.parse_with_uninit_headers(buf, slots) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             return partial(buf, req.path.is_some(), limits);
