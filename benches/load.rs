@@ -102,7 +102,7 @@ fn main() {
     let mut results = Vec::new();
     for s in &scenarios {
         let threads = s.threads.to_string();
-        let servers: [(String, Box<dyn Fn() -> Box<dyn Server>>); 3] = [
+        let servers: [Contender<'_>; 3] = [
             (
                 format!("ankh ({} workers)", s.threads),
                 Box::new(|| {
@@ -232,6 +232,9 @@ fn duration_ms(text: &str) -> f64 {
     };
     number.parse::<f64>().map_or(f64::NAN, |n| n * scale)
 }
+
+/// A server under test, with how to start it.
+type Contender<'a> = (String, Box<dyn Fn() -> Box<dyn Server> + 'a>);
 
 trait Server {
     fn addr(&self) -> SocketAddr;

@@ -66,6 +66,12 @@ pub struct Ankh {
     dir: PathBuf,
 }
 
+impl Ankh {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Ankh {
     fn drop(&mut self) {
         let _ = self.child.kill();

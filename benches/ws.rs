@@ -11,8 +11,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -188,7 +187,7 @@ fn main() {
             "50000",
         ],
     );
-    let pid = ankh.child.id();
+    let pid = ankh.pid();
     // Warm: one connection, so instances and the pool exist before the baseline.
     let warm = open_raw(ankh.addr, 1);
     std::thread::sleep(Duration::from_millis(300));
