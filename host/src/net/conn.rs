@@ -152,7 +152,13 @@ impl<S: Transport> Conn<S> {
     }
 
     /// A worker answered request `seq` of this connection.
-    pub fn on_reply(&mut self, seq: u64, bytes: &[u8], close: bool, ctx: &mut Ctx<'_>) -> Liveness {
+    pub fn on_reply(
+        &mut self,
+        seq: u64,
+        bytes: Vec<u8>,
+        close: bool,
+        ctx: &mut Ctx<'_>,
+    ) -> Liveness {
         if !matches!(self.state, State::Waiting) || seq != self.seq {
             tracing::debug!(conn = ?self.id, seq, "stale reply dropped");
             return Liveness::Open;
@@ -167,7 +173,7 @@ impl<S: Transport> Conn<S> {
             );
             return Liveness::Closed;
         }
-        self.queue_output(bytes);
+        self.queue_owned_output(bytes);
         self.seq += 1;
         self.state = if close || ctx.draining {
             State::Closing
@@ -703,6 +709,18 @@ impl<S: Transport> Conn<S> {
         response::encode_simple(e.status(), &[], &e.to_string(), &req, &mut out);
         self.queue_output(&out);
         self.state = State::Closing;
+    }
+
+    /// Like [`Conn::queue_output`], but a response onto an empty backlog becomes the backlog
+    /// itself: the I/O thread does not copy it.
+    fn queue_owned_output(&mut self, bytes: Vec<u8>) {
+        if self.pending_output() {
+            self.queue_output(&bytes);
+        } else {
+            self.write_progress = Instant::now();
+            self.wbuf = bytes;
+            self.wpos = 0;
+        }
     }
 
     fn queue_output(&mut self, bytes: &[u8]) {

@@ -322,7 +322,7 @@ impl EventLoop {
                     bytes,
                     close,
                 } => self.drive(conn.slot, Some(conn), |c, ctx| {
-                    c.on_reply(seq, &bytes, close, ctx)
+                    c.on_reply(seq, bytes, close, ctx)
                 }),
                 Reply::Upgrade {
                     conn,
