@@ -7,8 +7,7 @@
 //! 2. Start-up with 10 plugins: from spawning `ankh serve` to the first served request, with
 //!    a warm cache against a cold one.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const PLUGINS: [&str; 4] = ["echo", "todo", "chat", "bench"];
@@ -16,64 +15,6 @@ const ROUNDS: usize = 5;
 
 fn build_plugins() -> PathBuf {
     benches::build_example_plugins(None)
-}
-
-struct Server {
-    child: Child,
-    addr: std::net::SocketAddr,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts ankh on `dir` and returns once the ready file names its address.
-fn serve(dir: &Path, cache: &Path) -> (Server, Duration) {
-    let bin = benches::root().join("target/release/ankh");
-    assert!(
-        bin.is_file(),
-        "{} is missing: cargo build --release -p ankh",
-        bin.display()
-    );
-    let ready = dir.with_extension("ready");
-    let _ = std::fs::remove_file(&ready);
-    let started = Instant::now();
-    let child = Command::new(bin)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--workers",
-            "4",
-            "--plugins",
-        ])
-        .arg(dir)
-        .arg("--ready-file")
-        .arg(&ready)
-        .arg("--cache-dir")
-        .arg(cache)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let addr = loop {
-        if let Some(addr) = std::fs::read_to_string(&ready)
-            .ok()
-            .and_then(|text| text.trim().parse().ok())
-        {
-            break addr;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "ankh did not start"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    };
-    (Server { child, addr }, started.elapsed())
 }
 
 /// GETs `path` until it answers 200; returns when it did.
@@ -125,7 +66,7 @@ fn main() {
         for round in 0..ROUNDS {
             let dir = scratch(&format!("{name}-{round}"));
             let cache = scratch(&format!("{name}-{round}-cache"));
-            let (server, _) = serve(&dir, &cache);
+            let server = benches::serve(&dir, &cache, &["--workers", "4"]);
             let tmp = dir.join(format!(".{name}.tmp"));
             std::fs::copy(&wasm, &tmp).unwrap();
             let started = Instant::now();
@@ -169,12 +110,12 @@ fn main() {
     for _ in 0..ROUNDS {
         let _ = std::fs::remove_dir_all(&cache);
         let t = Instant::now();
-        let (server, _) = serve(&dir, &cache);
+        let server = benches::serve(&dir, &cache, &["--workers", "4"]);
         cold.push(until_ok(server.addr, "/p0/x", Duration::from_secs(60)) - t);
         drop(server);
         // The cache is now warm.
         let t = Instant::now();
-        let (server, _) = serve(&dir, &cache);
+        let server = benches::serve(&dir, &cache, &["--workers", "4"]);
         warm.push(until_ok(server.addr, "/p0/x", Duration::from_secs(60)) - t);
         drop(server);
     }

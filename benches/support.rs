@@ -63,7 +63,8 @@ pub fn report(name: &str, candidate_ns: f64, baseline: &str, baseline_ns: f64) {
 pub struct Ankh {
     child: Child,
     pub addr: SocketAddr,
-    dir: PathBuf,
+    /// A plugins directory made for this server alone, removed with it.
+    own_dir: Option<PathBuf>,
 }
 
 impl Ankh {
@@ -76,26 +77,39 @@ impl Drop for Ankh {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(dir) = &self.own_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
 /// Starts `target/release/ankh serve` on a free loopback port with `plugin` installed as
-/// `name` in a fresh plugins directory, plus `args`; returns once it accepts connections.
+/// `name` in a fresh plugins directory (and the shared bench cache), plus `args`; returns
+/// once it accepts connections.
 pub fn start_ankh(plugin: &Path, name: &str, args: &[&str]) -> Ankh {
+    let dir =
+        std::env::temp_dir().join(format!("ankh-bench-{}-{}", std::process::id(), next_tag()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(plugin, dir.join(name)).unwrap();
+    let mut ankh = serve(&dir, &root().join("target/bench-cache"), args);
+    ankh.own_dir = Some(dir);
+    ankh
+}
+
+/// Starts `target/release/ankh serve` on a free loopback port over the plugins directory
+/// `dir`, caching compiled plugins in `cache`, plus `args`; returns once the ready file names
+/// its address (polled every millisecond, so start-up can be timed around this call).
+pub fn serve(dir: &Path, cache: &Path, args: &[&str]) -> Ankh {
     let bin = root().join("target/release/ankh");
     assert!(
         bin.is_file(),
         "{} is missing: cargo build --release -p ankh",
         bin.display()
     );
-    let dir =
-        std::env::temp_dir().join(format!("ankh-bench-{}-{}", std::process::id(), rand_tag()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(plugin, dir.join(name)).unwrap();
     let ready = dir.with_extension("ready");
     let _ = std::fs::remove_file(&ready);
+    let started = Instant::now();
     let child = Command::new(bin)
         .args([
             "serve",
@@ -104,37 +118,43 @@ pub fn start_ankh(plugin: &Path, name: &str, args: &[&str]) -> Ankh {
             "--no-access-log",
             "--plugins",
         ])
-        .arg(&dir)
+        .arg(dir)
         .arg("--ready-file")
         .arg(&ready)
-        .args(["--cache-dir"])
-        .arg(root().join("target/bench-cache"))
+        .arg("--cache-dir")
+        .arg(cache)
         .args(args)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let started = Instant::now();
     let addr = loop {
-        if let Ok(text) = std::fs::read_to_string(&ready) {
+        if let Some(addr) = std::fs::read_to_string(&ready)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+        {
             let _ = std::fs::remove_file(&ready);
-            break text.trim().parse().unwrap();
+            break addr;
         }
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "ankh did not start"
         );
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(1));
     };
-    Ankh { child, addr, dir }
+    Ankh {
+        child,
+        addr,
+        own_dir: None,
+    }
 }
 
-/// A tag that differs between calls, for unique directory names.
-fn rand_tag() -> u128 {
+/// A number that differs between calls, for unique directory names.
+fn next_tag() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed) as u128
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The machine the figures come from: CPU model, cores, memory, kernel.
