@@ -25,18 +25,18 @@ use crate::dispatch::{Dispatcher, Immediate, Undelivered};
 use crate::hub::Hub;
 use crate::job::{ConnId, WsEvent, WsId, WsMessage};
 use crate::limits::{LINGER_TIMEOUT, Limits, READ_CHUNK_BYTES};
-
-thread_local! {
-    /// Where reads land before they are appended to a connection's buffer.
-    static SCRATCH: std::cell::RefCell<Box<[u8]>> =
-        std::cell::RefCell::new(vec![0u8; READ_CHUNK_BYTES].into_boxed_slice());
-}
 use crate::proto::body::BodyDecoder;
 use crate::proto::request::{self, Framing, RequestHead};
 use crate::proto::response::{self, RequestMeta};
 use crate::proto::{ProtoError, Status, Version};
 use crate::runtime::call::Access;
 use crate::runtime::registry::Mount;
+
+thread_local! {
+    /// Where reads land before they are appended to a connection's buffer.
+    static SCRATCH: std::cell::RefCell<Box<[u8]>> =
+        std::cell::RefCell::new(vec![0u8; READ_CHUNK_BYTES].into_boxed_slice());
+}
 
 /// Buffer capacity a connection keeps once its buffers are empty.
 const IDLE_BUFFER_BYTES: usize = 16 * 1024;
