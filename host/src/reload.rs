@@ -99,9 +99,9 @@ struct State {
     runtime: Arc<Runtime>,
     registry: Arc<Registry>,
     pending: HashMap<PathBuf, Pending>,
-    /// Content hash of the version of each file now loaded (or refused).
-    /// The digest of the version mounted under each plugin name. Keyed by name, not path: the
-    /// watcher may spell a path differently (absolute) from the loader.
+    /// The digest of the version last tried under each plugin name: the one mounted, or a
+    /// replacement that was refused (so the same bytes are not tried again). Keyed by name,
+    /// not path: the watcher may spell a path differently (absolute) from the loader.
     hashes: HashMap<String, u64>,
 }
 
@@ -109,12 +109,13 @@ impl State {
     fn run(&mut self, rx: &mpsc::Receiver<notify::Result<notify::Event>>) {
         loop {
             match rx.recv_timeout(DEBOUNCE / 2) {
+                // Opening or reading a file (the loader does both) changes nothing. Not a
+                // `continue`: a steady stream of reads must not hold back `settle` below.
+                Ok(Ok(event)) if matches!(event.kind, EventKind::Access(_)) => {
+                    tracing::trace!(?event, "watch event ignored");
+                }
                 Ok(Ok(event)) => {
                     tracing::trace!(?event, "watch event");
-                    // Opening or reading a file (the loader does both) changes nothing.
-                    if matches!(event.kind, EventKind::Access(_)) {
-                        continue;
-                    }
                     let now = Instant::now();
                     // A file renamed into place is complete: no need to wait for it to settle.
                     let renamed_in = matches!(
