@@ -14,6 +14,7 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -30,7 +31,8 @@ use super::state::HostState;
 /// names an interface the linker already has.
 pub const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
 
-/// Above this many timer entries, those whose pollable is gone are dropped.
+/// Above this many timer entries, those whose pollable is gone are dropped (and above twice
+/// as many as were left live, so that many live entries do not make each insert a full scan).
 const PRUNE_AT: usize = 4096;
 
 /// Replaces `subscribe-duration` and `subscribe-instant` in a linker that already has WASI.
@@ -175,12 +177,15 @@ impl Ord for Entry {
 /// The timer thread's queue of deadlines.
 struct Timer {
     entries: Mutex<BinaryHeap<Entry>>,
+    /// The size at which the next insert prunes; changed only with `entries` locked.
+    prune_at: AtomicUsize,
     changed: Condvar,
 }
 
 static TIMER: LazyLock<Arc<Timer>> = LazyLock::new(|| {
     let timer = Arc::new(Timer {
         entries: Mutex::new(BinaryHeap::new()),
+        prune_at: AtomicUsize::new(PRUNE_AT),
         changed: Condvar::new(),
     });
     let run = timer.clone();
@@ -200,8 +205,10 @@ static TIMER: LazyLock<Arc<Timer>> = LazyLock::new(|| {
 impl Timer {
     fn insert(&self, at: Instant, slot: Weak<Slot>) {
         let mut entries = self.entries.lock().unwrap();
-        if entries.len() >= PRUNE_AT {
+        if entries.len() >= self.prune_at.load(AtomicOrdering::Relaxed) {
             entries.retain(|e| e.slot.strong_count() > 0);
+            let next = PRUNE_AT.max(2 * entries.len());
+            self.prune_at.store(next, AtomicOrdering::Relaxed);
         }
         let earliest = entries.peek().is_none_or(|e| at < e.at);
         entries.push(Entry { at, slot });
