@@ -17,6 +17,10 @@ pub mod plugins {
 /// How long any single wait in a test may take before the test fails (never a pass condition).
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
+/// How long a test waits for a cargo build of a plugin crate with a cold target directory,
+/// while other tests build too.
+pub const BUILD_PATIENCE: Duration = Duration::from_secs(600);
+
 /// The `ankh` binary of this build (`target/<profile>/ankh`).
 pub fn ankh_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("current test executable");
@@ -311,6 +315,16 @@ impl TestServer {
 
     /// Polls `path` until `check` accepts the answer; fails after [`PATIENCE`].
     pub fn eventually(&self, path: &str, check: impl Fn(u16, &str) -> bool) -> (u16, String) {
+        self.eventually_within(PATIENCE, path, check)
+    }
+
+    /// [`TestServer::eventually`] with a bound of its own (a cold cargo build takes longer).
+    pub fn eventually_within(
+        &self,
+        patience: Duration,
+        path: &str,
+        check: impl Fn(u16, &str) -> bool,
+    ) -> (u16, String) {
         let started = Instant::now();
         loop {
             let (status, body) = self.get(path);
@@ -318,7 +332,7 @@ impl TestServer {
                 return (status, body);
             }
             assert!(
-                started.elapsed() < PATIENCE,
+                started.elapsed() < patience,
                 "{path} never answered as expected; last: {status} {body:?}\n{}",
                 self.log()
             );

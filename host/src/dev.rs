@@ -1,6 +1,6 @@
-//! `ankh dev`: serve a directory of plugin crates, and rebuild a crate whenever one of its
-//! source files is saved. The rebuilt `NAME.wasm` is renamed into place, so the server's hot
-//! reload swaps it in; a build that fails leaves the previous version serving.
+//! `ankh dev`: serve a directory of plugin crates at once, build them all, and rebuild a crate
+//! whenever one of its source files is saved. Each built `NAME.wasm` is renamed into place, so
+//! the server's hot reload swaps it in; a build that fails leaves the previous version serving.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -15,8 +15,10 @@ use crate::builder;
 /// How long sources must be quiet before a rebuild starts (editors save in bursts).
 const SETTLE: Duration = Duration::from_millis(300);
 
-/// Watches `src` and rebuilds changed crates into `src`, on this thread, until the watcher
-/// fails. Cargo's output goes to the terminal as it is.
+/// Builds every crate in `src` into `src`, then rebuilds each crate whose sources change, on
+/// this thread, until the watcher fails. The watcher starts first, so a save made during the
+/// first build (which may take minutes with a cold cache) is not missed. Cargo's output goes
+/// to the terminal as it is.
 pub fn watch_and_rebuild(src: &Path, release: bool) -> anyhow::Result<()> {
     let src = std::fs::canonicalize(src)
         .with_context(|| format!("plugin source directory {} does not exist", src.display()))?;
@@ -25,6 +27,9 @@ pub fn watch_and_rebuild(src: &Path, release: bool) -> anyhow::Result<()> {
         let _ = tx.send(e);
     })?;
     watcher.watch(&src, RecursiveMode::Recursive)?;
+    if let Err(e) = builder::build(&src, &src, release) {
+        eprintln!("ankh dev: the first build failed ({e:#}); serving what is there");
+    }
     let mut dirty: HashMap<PathBuf, Instant> = HashMap::new();
     loop {
         match rx.recv_timeout(SETTLE / 3) {
@@ -52,12 +57,14 @@ pub fn watch_and_rebuild(src: &Path, release: bool) -> anyhow::Result<()> {
 }
 
 /// The crate directory a changed source file belongs to: a direct subdirectory of `src` with
-/// a Cargo.toml. Build outputs (`target/`, `.wasm` files) are not sources.
+/// a Cargo.toml. Build outputs (`target/`, `.wasm` files, and the `Cargo.lock` cargo writes)
+/// are not sources.
 fn crate_of(src: &Path, path: &Path) -> Option<PathBuf> {
     let rel = path.strip_prefix(src).ok()?;
     let first = rel.components().next()?;
     if rel.components().any(|c| c.as_os_str() == "target")
         || path.extension().is_some_and(|e| e == "wasm" || e == "tmp")
+        || path.file_name().is_some_and(|n| n == "Cargo.lock")
         || rel.components().count() < 2
     {
         return None;

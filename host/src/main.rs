@@ -95,9 +95,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Dev(args) => {
             let mut config = args.serve.into_config()?;
             init_logging(&config.log);
-            if let Err(e) = ankh::builder::build(&args.src, &args.src, !args.debug) {
-                eprintln!("ankh dev: initial build failed ({e:#}); serving what is there");
-            }
+            // Serve at once; the first build runs on the dev thread and its results are
+            // swapped in by hot reload as they land.
             config.plugins_dir = args.src.clone();
             config.watch = true;
             let server = Server::bind(&config)?;
@@ -111,7 +110,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     }
                 })?;
             tracing::info!(
-                "listening on http://{} (rebuilding {} on save)",
+                "listening on http://{} (building {}, then rebuilding on save)",
                 server.local_addr,
                 args.src.display()
             );
