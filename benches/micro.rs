@@ -142,6 +142,8 @@ fn runtime(pooling: bool) -> Arc<Runtime> {
         workers: 4,
         memory_bytes: Limits::default().guest_memory_bytes,
         cpu_deadline: Duration::from_secs(2),
+        handler_timeout: Limits::default().handler_timeout,
+        kv_max_bytes: Limits::default().kv_max_bytes,
         max_body_bytes: Limits::default().max_body_bytes,
         pooling,
         cache_dir: Some(benches::root().join("target/bench-cache")),
@@ -156,6 +158,7 @@ fn plugin(c: &mut Criterion) {
     let link = WsLink {
         hub: hub.clone(),
         reply: reply.clone(),
+        max_message_bytes: Limits::default().ws_max_message_bytes,
     };
     let pooled = runtime(true);
     let on_demand = runtime(false);
@@ -201,7 +204,9 @@ fn plugin(c: &mut Criterion) {
     };
 
     let mut g = c.benchmark_group("plugin");
-    let mut instance = Instance::new(plugin.clone(), link.clone()).unwrap();
+    let mut instance = Instance::new(plugin.clone(), link.clone())
+        .map_err(|f| f.error)
+        .unwrap();
     let mut buf = Vec::new();
     g.bench_function("call-reused-instance", |b| {
         b.iter(|| {
@@ -211,7 +216,7 @@ fn plugin(c: &mut Criterion) {
                 reply.clone(),
                 std::mem::take(&mut buf),
             );
-            let (outcome, call) = instance.handle_request(&request, call);
+            let (outcome, call) = instance.handle_request(&request, call, Default::default());
             match outcome.unwrap() {
                 types::Outcome::Respond(r) => assert_eq!(r.status, 200),
                 _ => panic!("the bench plugin responds"),
@@ -220,10 +225,22 @@ fn plugin(c: &mut Criterion) {
         })
     });
     g.bench_function("instantiate-pooling", |b| {
-        b.iter(|| black_box(Instance::new(plugin.clone(), link.clone()).unwrap()))
+        b.iter(|| {
+            black_box(
+                Instance::new(plugin.clone(), link.clone())
+                    .map_err(|f| f.error)
+                    .unwrap(),
+            )
+        })
     });
     g.bench_function("instantiate-on-demand", |b| {
-        b.iter(|| black_box(Instance::new(plugin_on_demand.clone(), link.clone()).unwrap()))
+        b.iter(|| {
+            black_box(
+                Instance::new(plugin_on_demand.clone(), link.clone())
+                    .map_err(|f| f.error)
+                    .unwrap(),
+            )
+        })
     });
     g.finish();
     drop(replies);

@@ -85,13 +85,19 @@ impl Drop for Ankh {
 
 /// Starts `target/release/ankh serve` on a free loopback port with `plugin` installed as
 /// `name` in a fresh plugins directory (and the shared bench cache), plus `args`; returns
-/// once it accepts connections.
+/// once it accepts connections. The plugin's policy file in `plugins/`, if it has one (as
+/// `bench.toml`), goes with it, so a benchmark runs it as `cargo ankh serve` does.
 pub fn start_ankh(plugin: &Path, name: &str, args: &[&str]) -> Ankh {
     let dir =
         std::env::temp_dir().join(format!("ankh-bench-{}-{}", std::process::id(), next_tag()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(plugin, dir.join(name)).unwrap();
+    let policy = Path::new(name).with_extension("toml");
+    let source = root().join("plugins").join(&policy);
+    if source.is_file() {
+        std::fs::copy(source, dir.join(policy)).unwrap();
+    }
     let mut ankh = serve(&dir, &root().join("target/bench-cache"), args);
     ankh.own_dir = Some(dir);
     ankh

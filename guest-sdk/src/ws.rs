@@ -27,7 +27,8 @@ pub fn send_binary(conn: ConnectionId, bytes: &[u8]) -> Result<(), WsError> {
     send(conn, &Message::Binary(bytes.to_vec()))
 }
 
-/// Starts the closing handshake with `code` (e.g. 1000) and `reason`.
+/// Starts the closing handshake with `code` (1000-1003, 1007-1014 or 3000-4999; the codes RFC
+/// 6455 reserves are refused with [`WsError::Unsupported`]) and `reason` (at most 123 bytes).
 pub fn close(conn: ConnectionId, code: u16, reason: &str) -> Result<(), WsError> {
     imports::close(conn, code, reason)
 }

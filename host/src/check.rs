@@ -28,6 +28,8 @@ pub fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report> {
         workers: 1,
         memory_bytes: config.limits.guest_memory_bytes,
         cpu_deadline: config.limits.guest_cpu_deadline,
+        handler_timeout: config.limits.handler_timeout,
+        kv_max_bytes: config.limits.kv_max_bytes,
         max_body_bytes: config.limits.max_body_bytes,
         pooling: false,
         cache_dir: config.cache_dir.clone(),

@@ -197,6 +197,16 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MIB")]
     pub memory_limit_mib: Option<u64>,
 
+    /// Wall-clock time one handler call may take, waiting included; past it the call is
+    /// stopped, the client gets 504 and the instance is replaced [default: 30000].
+    #[arg(long, value_name = "MS")]
+    pub handler_timeout_ms: Option<u64>,
+
+    /// Bytes (keys plus values) one plugin's key-value store may hold; past it writes fail
+    /// with `full` [default: 67108864].
+    #[arg(long, value_name = "BYTES")]
+    pub kv_max_bytes: Option<u64>,
+
     /// Allocate instances on demand instead of from wasmtime's pooling allocator.
     #[arg(long)]
     pub no_pooling: bool,
@@ -262,6 +272,8 @@ impl ServeArgs {
             queue_depth: self.queue_depth,
             cpu_deadline_ms: self.cpu_deadline_ms,
             memory_limit_mib: self.memory_limit_mib,
+            handler_timeout_ms: self.handler_timeout_ms,
+            kv_max_bytes: self.kv_max_bytes,
             max_connections: self.max_connections,
             max_send_buffer_bytes: self.max_send_buffer_bytes,
             idle_timeout_ms: self.idle_timeout_ms,

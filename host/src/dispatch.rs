@@ -9,6 +9,7 @@ use crate::limits::RETRY_AFTER_SECS;
 use crate::pool::{Busy, WorkerPool};
 use crate::proto::request::RequestHead;
 use crate::runtime::registry::{Mount, Registry};
+use crate::runtime::watch::Cancel;
 
 /// An answer written by the host itself, without a plugin.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,7 +73,7 @@ impl Dispatcher {
         event: WsEvent,
     ) -> Result<(), Undelivered> {
         let Some(plugin) = self.registry.by_name(name) else {
-            tracing::warn!(
+            crate::warn_limited!(
                 plugin = name,
                 ws,
                 "WebSocket event for a plugin that is no longer mounted"
@@ -108,7 +109,8 @@ impl Dispatcher {
     }
 
     /// Queues the request for `mount` (found by [`Dispatcher::route`]), or says what to answer
-    /// instead.
+    /// instead. `cancel` is fired by the connection if its client leaves.
+    #[allow(clippy::too_many_arguments)]
     pub fn dispatch(
         &mut self,
         conn: ConnId,
@@ -117,6 +119,7 @@ impl Dispatcher {
         head: RequestHead,
         body: Vec<u8>,
         remote: SocketAddr,
+        cancel: Cancel,
     ) -> Result<(), Immediate> {
         let Some(mount) = mount else {
             return Err(Immediate {
@@ -149,9 +152,10 @@ impl Dispatcher {
             remote,
             received: std::time::Instant::now(),
             slot,
+            cancel,
         }));
         self.pool.submit(job).map_err(|Busy(_)| {
-            tracing::warn!(plugin = %name_for_log, "worker queue full: answering 503");
+            crate::warn_limited!(plugin = %name_for_log, "worker queue full: answering 503");
             Immediate {
                 status: 503,
                 message: "the server is busy, try again shortly".to_owned(),

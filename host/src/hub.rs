@@ -1,12 +1,20 @@
-//! Which WebSocket connections are open and what topics they subscribe to, shared by the
-//! workers (whose plugins send and publish) and the I/O thread (which opens and closes them).
+//! Which WebSocket connections are open, which plugin owns each, and what topics they
+//! subscribe to; shared by the workers (whose plugins send and publish) and the I/O thread
+//! (which opens and closes connections).
 //!
-//! Ids are handed out here and never reused, so a plugin that keeps an id of a connection that
-//! closed can only ever reach nothing: its sends fail with `closed`.
+//! Plugins are isolated from each other here:
+//! - a connection belongs to the plugin that accepted its upgrade (by name, so across reloads).
+//!   Any operation of another plugin on it answers `closed`, exactly as for a connection that
+//!   is closed: there is no way to tell the two apart;
+//! - topics are per plugin: `room:lobby` of one plugin is not `room:lobby` of another;
+//! - ids are a keyed permutation of a counter: never reused by a running host (so an id kept
+//!   after its connection closed can only ever reach nothing) and not guessable from the ids a
+//!   plugin has seen.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::job::WsId;
 use crate::limits::{WS_MAX_TOPIC_BYTES, WS_MAX_TOPICS_PER_CONNECTION};
@@ -14,7 +22,7 @@ use crate::limits::{WS_MAX_TOPIC_BYTES, WS_MAX_TOPICS_PER_CONNECTION};
 /// Why a subscription was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SubscribeError {
-    /// The connection is not open.
+    /// The connection is not open, or not this plugin's.
     Closed,
     /// The topic name, or the number of topics of this connection, is over the limit.
     TooLarge,
@@ -23,21 +31,27 @@ pub enum SubscribeError {
 /// The shared table of open connections and topics.
 #[derive(Debug)]
 pub struct Hub {
-    next: AtomicU64,
+    ids: IdSource,
     inner: Mutex<Inner>,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Open connections and their topics.
-    open: HashMap<WsId, HashSet<String>>,
-    topics: HashMap<String, HashSet<WsId>>,
+    open: HashMap<WsId, Open>,
+    /// Subscribers by owning plugin, then topic.
+    topics: HashMap<Arc<str>, HashMap<String, HashSet<WsId>>>,
+}
+
+#[derive(Debug)]
+struct Open {
+    owner: Arc<str>,
+    topics: HashSet<String>,
 }
 
 impl Default for Hub {
     fn default() -> Self {
         Hub {
-            next: AtomicU64::new(1),
+            ids: IdSource::new(),
             inner: Mutex::default(),
         }
     }
@@ -48,15 +62,25 @@ impl Hub {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A fresh id, already marked open.
-    pub fn open(&self) -> WsId {
-        let ws = self.next.fetch_add(1, Ordering::Relaxed);
-        self.lock().open.insert(ws, HashSet::new());
+    /// A fresh id for a connection of plugin `owner`, already marked open.
+    pub fn open(&self, owner: &Arc<str>) -> WsId {
+        let ws = self.ids.next();
+        self.lock().open.insert(
+            ws,
+            Open {
+                owner: owner.clone(),
+                topics: HashSet::new(),
+            },
+        );
         ws
     }
 
-    pub fn is_open(&self, ws: WsId) -> bool {
-        self.lock().open.contains_key(&ws)
+    /// Whether `ws` is open and belongs to `owner`.
+    pub fn is_open_for(&self, ws: WsId, owner: &str) -> bool {
+        self.lock()
+            .open
+            .get(&ws)
+            .is_some_and(|c| &*c.owner == owner)
     }
 
     /// Open connections.
@@ -67,51 +91,80 @@ impl Hub {
     /// Forgets a connection and its subscriptions.
     pub fn closed(&self, ws: WsId) {
         let mut inner = self.lock();
-        if let Some(topics) = inner.open.remove(&ws) {
-            for topic in topics {
-                if let Some(subs) = inner.topics.get_mut(&topic) {
+        let Some(conn) = inner.open.remove(&ws) else {
+            return;
+        };
+        if let Some(topics) = inner.topics.get_mut(&conn.owner) {
+            for topic in conn.topics {
+                if let Some(subs) = topics.get_mut(&topic) {
                     subs.remove(&ws);
                     if subs.is_empty() {
-                        inner.topics.remove(&topic);
+                        topics.remove(&topic);
                     }
                 }
+            }
+            if topics.is_empty() {
+                inner.topics.remove(&conn.owner);
             }
         }
     }
 
-    pub fn subscribe(&self, ws: WsId, topic: &str) -> Result<(), SubscribeError> {
+    /// Subscribes `ws`, which must be `owner`'s, to `owner`'s `topic`.
+    pub fn subscribe(&self, owner: &str, ws: WsId, topic: &str) -> Result<(), SubscribeError> {
         if topic.len() > WS_MAX_TOPIC_BYTES {
             return Err(SubscribeError::TooLarge);
         }
         let mut inner = self.lock();
-        let topics = inner.open.get_mut(&ws).ok_or(SubscribeError::Closed)?;
-        if topics.len() >= WS_MAX_TOPICS_PER_CONNECTION && !topics.contains(topic) {
+        let conn = inner
+            .open
+            .get_mut(&ws)
+            .filter(|c| &*c.owner == owner)
+            .ok_or(SubscribeError::Closed)?;
+        if conn.topics.len() >= WS_MAX_TOPICS_PER_CONNECTION && !conn.topics.contains(topic) {
             return Err(SubscribeError::TooLarge);
         }
-        topics.insert(topic.to_owned());
-        inner.topics.entry(topic.to_owned()).or_default().insert(ws);
+        conn.topics.insert(topic.to_owned());
+        let owner = conn.owner.clone();
+        inner
+            .topics
+            .entry(owner)
+            .or_default()
+            .entry(topic.to_owned())
+            .or_default()
+            .insert(ws);
         Ok(())
     }
 
-    pub fn unsubscribe(&self, ws: WsId, topic: &str) -> Result<(), SubscribeError> {
+    /// Unsubscribes `ws`, which must be `owner`'s, from `owner`'s `topic`.
+    pub fn unsubscribe(&self, owner: &str, ws: WsId, topic: &str) -> Result<(), SubscribeError> {
         let mut inner = self.lock();
-        let topics = inner.open.get_mut(&ws).ok_or(SubscribeError::Closed)?;
-        topics.remove(topic);
-        if let Some(subs) = inner.topics.get_mut(topic) {
-            subs.remove(&ws);
-            if subs.is_empty() {
-                inner.topics.remove(topic);
+        let conn = inner
+            .open
+            .get_mut(&ws)
+            .filter(|c| &*c.owner == owner)
+            .ok_or(SubscribeError::Closed)?;
+        conn.topics.remove(topic);
+        if let Some(topics) = inner.topics.get_mut(owner) {
+            if let Some(subs) = topics.get_mut(topic) {
+                subs.remove(&ws);
+                if subs.is_empty() {
+                    topics.remove(topic);
+                }
+            }
+            if topics.is_empty() {
+                inner.topics.remove(owner);
             }
         }
         Ok(())
     }
 
-    /// The connections subscribed to `topic`, in id order.
-    pub fn subscribers(&self, topic: &str) -> Vec<WsId> {
+    /// The connections subscribed to `owner`'s `topic`, in id order.
+    pub fn subscribers(&self, owner: &str, topic: &str) -> Vec<WsId> {
         let inner = self.lock();
         let mut subs: Vec<WsId> = inner
             .topics
-            .get(topic)
+            .get(owner)
+            .and_then(|topics| topics.get(topic))
             .map(|s| s.iter().copied().collect())
             .unwrap_or_default();
         subs.sort_unstable();
@@ -119,30 +172,109 @@ impl Hub {
     }
 }
 
+/// Connection ids: a counter run through a keyed permutation of `u64` (a four-round Feistel
+/// network whose round function is SipHash under a random per-process key). A permutation
+/// never repeats, and without the key the next id cannot be told from the last ones.
+#[derive(Debug)]
+struct IdSource {
+    counter: AtomicU64,
+    key: std::collections::hash_map::RandomState,
+}
+
+impl IdSource {
+    fn new() -> Self {
+        IdSource {
+            counter: AtomicU64::new(1),
+            key: std::collections::hash_map::RandomState::new(),
+        }
+    }
+
+    fn next(&self) -> WsId {
+        loop {
+            let n = self.counter.fetch_add(1, Ordering::Relaxed);
+            let id = self.permute(n);
+            // 0 reads as "no connection" to too many programs.
+            if id != 0 {
+                return id;
+            }
+        }
+    }
+
+    fn permute(&self, n: u64) -> u64 {
+        let (mut left, mut right) = ((n >> 32) as u32, n as u32);
+        for round in 0u32..4 {
+            let f = self.key.hash_one((round, right)) as u32;
+            (left, right) = (right, left ^ f);
+        }
+        (u64::from(left) << 32) | u64::from(right)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn owner(name: &str) -> Arc<str> {
+        Arc::from(name)
+    }
+
     #[test]
     fn ids_are_never_reused_and_closing_forgets_topics() {
         let hub = Hub::default();
-        let a = hub.open();
-        let b = hub.open();
+        let p = owner("p");
+        let a = hub.open(&p);
+        let b = hub.open(&p);
         assert_ne!(a, b);
-        hub.subscribe(a, "room").unwrap();
-        hub.subscribe(b, "room").unwrap();
-        assert_eq!(hub.subscribers("room"), vec![a, b]);
+        hub.subscribe("p", a, "room").unwrap();
+        hub.subscribe("p", b, "room").unwrap();
+        let mut both = vec![a, b];
+        both.sort_unstable();
+        assert_eq!(hub.subscribers("p", "room"), both);
         hub.closed(a);
-        assert!(!hub.is_open(a));
-        assert_eq!(hub.subscribers("room"), vec![b]);
-        assert_eq!(hub.subscribe(a, "room"), Err(SubscribeError::Closed));
-        let c = hub.open();
-        assert!(c > b);
-        hub.unsubscribe(b, "room").unwrap();
-        assert!(hub.subscribers("room").is_empty());
+        assert!(!hub.is_open_for(a, "p"));
+        assert_eq!(hub.subscribers("p", "room"), vec![b]);
+        assert_eq!(hub.subscribe("p", a, "room"), Err(SubscribeError::Closed));
+        hub.unsubscribe("p", b, "room").unwrap();
+        assert!(hub.subscribers("p", "room").is_empty());
         assert_eq!(
-            hub.subscribe(c, &"x".repeat(1000)),
+            hub.subscribe("p", b, &"x".repeat(1000)),
             Err(SubscribeError::TooLarge)
         );
+    }
+
+    #[test]
+    fn another_plugin_sees_a_connection_as_closed_and_topics_are_separate() {
+        let hub = Hub::default();
+        let (chat, evil) = (owner("chat"), owner("evil"));
+        let victim = hub.open(&chat);
+        let own = hub.open(&evil);
+        hub.subscribe("chat", victim, "room:lobby").unwrap();
+        assert!(hub.is_open_for(victim, "chat"));
+        assert!(!hub.is_open_for(victim, "evil"));
+        assert_eq!(
+            hub.subscribe("evil", victim, "x"),
+            Err(SubscribeError::Closed)
+        );
+        assert_eq!(
+            hub.unsubscribe("evil", victim, "room:lobby"),
+            Err(SubscribeError::Closed)
+        );
+        assert!(hub.subscribers("evil", "room:lobby").is_empty());
+        hub.subscribe("evil", own, "room:lobby").unwrap();
+        assert_eq!(hub.subscribers("chat", "room:lobby"), vec![victim]);
+        assert_eq!(hub.subscribers("evil", "room:lobby"), vec![own]);
+    }
+
+    #[test]
+    fn ids_are_distinct_and_not_a_sequence() {
+        let ids = IdSource::new();
+        let seen: Vec<u64> = (0..10_000).map(|_| ids.next()).collect();
+        let distinct: HashSet<u64> = seen.iter().copied().collect();
+        assert_eq!(distinct.len(), seen.len());
+        let steps: HashSet<u64> = seen.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
+        assert!(steps.len() > 9_000, "ids follow a pattern");
+        // Another host's key gives other ids.
+        let other = IdSource::new();
+        assert_ne!(other.permute(1), ids.permute(1));
     }
 }

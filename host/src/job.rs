@@ -12,6 +12,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::proto::request::RequestHead;
 use crate::runtime::plugin::Plugin;
+use crate::runtime::watch::Cancel;
 
 /// Identifies a connection for the lifetime of the process: the slot it occupies in the I/O
 /// thread's table, and a serial number that is never reused. A reply whose serial does not
@@ -47,6 +48,8 @@ pub struct RequestJob {
     pub received: std::time::Instant,
     /// The plugin's concurrency slot, held until the request is handled.
     pub slot: Option<crate::runtime::plugin::InFlight>,
+    /// Fired by the I/O thread when the client disconnects: the call ends at once.
+    pub cancel: Cancel,
 }
 
 /// One event of a WebSocket connection. The I/O thread hands a connection's events out one
@@ -62,6 +65,10 @@ pub struct EventJob {
 
 /// Identifies a WebSocket connection for plugins. Never reused by a running host.
 pub type WsId = u64;
+
+/// A message a plugin sends. Its payload is reference-counted: a publish to many connections
+/// holds one copy, not one per subscriber.
+pub type Outbound = tungstenite::Message;
 
 /// A complete WebSocket data message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +113,7 @@ pub enum Reply {
     /// The event handed out for `ws` finished; the next one may go.
     EventDone { conn: ConnId, ws: WsId },
     /// A plugin sends a message on `ws`.
-    Send { ws: WsId, message: WsMessage },
+    Send { ws: WsId, message: Outbound },
     /// A plugin closes `ws`.
     Close { ws: WsId, code: u16, reason: String },
 }

@@ -15,6 +15,10 @@
 // Every bound, in one place.
 pub mod limits;
 
+// Warnings that traffic can trigger at will, rate-limited.
+#[macro_use]
+pub mod log_limit;
+
 // Sans-IO HTTP/1.1.
 pub mod proto;
 

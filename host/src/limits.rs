@@ -33,6 +33,10 @@ pub const WORKERS_PER_CORE: usize = 10;
 /// CPU time one plugin call (a request or an event) may use before it is interrupted: 504.
 pub const GUEST_CPU_DEADLINE: Duration = Duration::from_secs(2);
 
+/// Wall-clock time one plugin call (a request or an event, or an instantiation) may take,
+/// waiting included; past it the call is stopped: 504, instance replaced.
+pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Period of the epoch ticker that checks the deadline. The deadline is enforced within one tick.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
@@ -41,6 +45,19 @@ pub const GUEST_MEMORY_BYTES: usize = 64 * 1024 * 1024;
 
 /// Wasm stack one plugin call may use; past it the call traps (stack overflow): 500.
 pub const GUEST_STACK_BYTES: usize = 1024 * 1024;
+
+/// Entries (streams, pollables, sockets...) one instance's resource table may hold; past it the
+/// host call that needed one traps: 500, instance replaced. wasmtime's own default is a
+/// million, about 50 MB of host memory per instance for a guest that leaks pollables.
+pub const GUEST_TABLE_ENTRIES: usize = 10_000;
+
+/// Resolution of the clocks a plugin reads unless its policy asks for `precise_clocks`: the
+/// one browsers use against timing side channels.
+pub const GUEST_CLOCK_RESOLUTION: Duration = Duration::from_micros(100);
+
+/// At start, how long the server waits for a compiled plugin's start code before it listens
+/// without it (the plugin is mounted once it has started, like a hot reload).
+pub const PLUGIN_START_GRACE: Duration = Duration::from_secs(1);
 
 /// Distinct plugins one worker keeps an instance of; sizes the pooling allocator.
 pub const INSTANCES_PER_WORKER: u32 = 16;
@@ -58,6 +75,9 @@ pub const GZIP_LEVEL: u32 = 1;
 /// Longest line a plugin may write to stdout/stderr before it is split.
 pub const GUEST_LOG_LINE_BYTES: usize = 4 * 1024;
 
+/// Longest message of a plugin's `log` call, in bytes; the rest is cut and the line says so.
+pub const GUEST_LOG_MESSAGE_BYTES: usize = 8 * 1024;
+
 /// Largest key-value key, in bytes.
 pub const KV_MAX_KEY_BYTES: usize = 1024;
 
@@ -66,6 +86,9 @@ pub const KV_MAX_VALUE_BYTES: usize = 1024 * 1024;
 
 /// Most keys in one plugin's key-value namespace.
 pub const KV_MAX_KEYS: usize = 100_000;
+
+/// Bytes one plugin's key-value namespace may hold (keys plus values); past it: `full`.
+pub const KV_MAX_BYTES: usize = 64 * 1024 * 1024;
 
 /// Open client connections; the one past this is accepted and closed at once.
 pub const MAX_CONNECTIONS: usize = 10_000;
@@ -136,6 +159,10 @@ pub struct Limits {
     pub guest_cpu_deadline: Duration,
     /// See [`GUEST_MEMORY_BYTES`].
     pub guest_memory_bytes: usize,
+    /// See [`HANDLER_TIMEOUT`].
+    pub handler_timeout: Duration,
+    /// See [`KV_MAX_BYTES`].
+    pub kv_max_bytes: usize,
     /// See [`MAX_CONNECTIONS`].
     pub max_connections: usize,
     /// See [`MAX_SEND_BUFFER_BYTES`].
@@ -168,6 +195,8 @@ impl Default for Limits {
             queue_depth: QUEUE_DEPTH,
             guest_cpu_deadline: GUEST_CPU_DEADLINE,
             guest_memory_bytes: GUEST_MEMORY_BYTES,
+            handler_timeout: HANDLER_TIMEOUT,
+            kv_max_bytes: KV_MAX_BYTES,
             max_connections: MAX_CONNECTIONS,
             max_send_buffer_bytes: MAX_SEND_BUFFER_BYTES,
             idle_timeout: IDLE_TIMEOUT,

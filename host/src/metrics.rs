@@ -43,6 +43,10 @@ pub struct PluginMetrics {
     latency_sum_us: AtomicU64,
     pub traps: AtomicU64,
     pub deadline_hits: AtomicU64,
+    /// Calls stopped at their wall-clock deadline.
+    pub timeouts: AtomicU64,
+    /// Calls dropped or stopped because their client disconnected.
+    pub cancellations: AtomicU64,
     pub memory_high_water_bytes: AtomicU64,
     pub live_instances: AtomicI64,
     pub reloads: AtomicU64,
@@ -173,7 +177,7 @@ impl Metrics {
                 "ankh_plugin_request_duration_seconds_count{{plugin=\"{plugin}\"}} {count}"
             );
         }
-        let per_plugin: [Family; 5] = [
+        let per_plugin: [Family; 7] = [
             (
                 "ankh_plugin_traps_total",
                 "Calls that trapped.",
@@ -185,6 +189,18 @@ impl Metrics {
                 "Calls stopped at their CPU deadline.",
                 "counter",
                 |m| m.deadline_hits.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "ankh_plugin_timeouts_total",
+                "Calls stopped at their wall-clock deadline (handler timeout).",
+                "counter",
+                |m| m.timeouts.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "ankh_plugin_cancellations_total",
+                "Requests dropped or stopped because their client disconnected.",
+                "counter",
+                |m| m.cancellations.load(Ordering::Relaxed).to_string(),
             ),
             (
                 "ankh_plugin_memory_high_water_bytes",

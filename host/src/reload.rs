@@ -8,8 +8,11 @@
 //! time. A burst of writes coalesces to its final state. A file renamed into place is complete
 //! by construction and is loaded at once. A file that fails to compile, link or
 //! instantiate is refused with the reason, and the previous version keeps serving.
+//!
+//! Loading itself happens on [`Loads`]' threads, one per plugin, so a slow plugin never holds
+//! back another's reload.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -20,10 +23,7 @@ use anyhow::Context;
 use notify::event::{ModifyKind, RenameMode};
 use notify::{EventKind, RecursiveMode, Watcher};
 
-use crate::loader::plugin_name;
-use crate::runtime::engine::Runtime;
-use crate::runtime::plugin::{Plugin, version_digest};
-use crate::runtime::registry::Registry;
+use crate::loader::{Loads, plugin_name, unusable_name, warn_unusable_name};
 
 /// How long a file must be quiet (no events, same size and time) before it is loaded.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -48,13 +48,9 @@ struct Pending {
     seen: Option<(u64, SystemTime)>,
 }
 
-/// Starts watching `dir`. The content hash of each plugin mounted at start is remembered, so an
-/// event that changes nothing does not reload it.
-pub fn watch(
-    runtime: Arc<Runtime>,
-    registry: Arc<Registry>,
-    dir: &Path,
-) -> anyhow::Result<Reloader> {
+/// Starts watching `dir`; what settles there goes to `loads`, which knows the version of each
+/// plugin it mounted, so an event that changes nothing does not reload it.
+pub fn watch(loads: Arc<Loads>, dir: &Path) -> anyhow::Result<Reloader> {
     let (tx, rx) = mpsc::channel::<notify::Result<notify::Event>>();
     let mut watcher = notify::recommended_watcher(move |event| {
         let _ = tx.send(event);
@@ -67,19 +63,10 @@ pub fn watch(
         .name("ankh-reload".into())
         .spawn(move || {
             let mut state = State {
-                runtime,
-                registry,
+                loads,
                 pending: HashMap::new(),
-                hashes: HashMap::new(),
+                warned: HashSet::new(),
             };
-            // The versions mounted at start, as they were when loaded (not as the files are
-            // now: a change made meanwhile must still count as a change). Plugins refused at
-            // start get no digest, so any event retries them.
-            for mount in state.registry.snapshot().iter() {
-                state
-                    .hashes
-                    .insert(mount.plugin.name.to_string(), mount.plugin.digest);
-            }
             state.run(&rx);
         })
         .context("cannot start the reload thread")?;
@@ -96,13 +83,10 @@ fn stat(path: &Path) -> Option<(u64, SystemTime)> {
 }
 
 struct State {
-    runtime: Arc<Runtime>,
-    registry: Arc<Registry>,
+    loads: Arc<Loads>,
     pending: HashMap<PathBuf, Pending>,
-    /// The digest of the version last tried under each plugin name: the one mounted, or a
-    /// replacement that was refused (so the same bytes are not tried again). Keyed by name,
-    /// not path: the watcher may spell a path differently (absolute) from the loader.
-    hashes: HashMap<String, u64>,
+    /// Files already reported as ignored for their name.
+    warned: HashSet<PathBuf>,
 }
 
 impl State {
@@ -129,6 +113,12 @@ impl State {
                         } else {
                             path
                         };
+                        if unusable_name(&path) {
+                            if path.exists() && self.warned.insert(path.clone()) {
+                                warn_unusable_name(&path);
+                            }
+                            continue;
+                        }
                         if plugin_name(&path).is_some() {
                             let entry = self.pending.entry(path.clone()).or_default();
                             entry.last_event = Some(now);
@@ -162,7 +152,7 @@ impl State {
             let metadata = std::fs::metadata(&path).ok().filter(|m| m.is_file());
             let Some(metadata) = metadata else {
                 self.pending.remove(&path);
-                self.unmount(&path);
+                self.loads.unmount(&path);
                 continue;
             };
             let now_seen = (
@@ -177,63 +167,7 @@ impl State {
                 continue;
             }
             self.pending.remove(&path);
-            self.load(&path);
-        }
-    }
-
-    fn load(&mut self, path: &Path) {
-        let Some(name) = plugin_name(path) else {
-            return;
-        };
-        let Ok(bytes) = std::fs::read(path) else {
-            return;
-        };
-        let digest = version_digest(path, &bytes);
-        if self.hashes.get(name) == Some(&digest) {
-            return;
-        }
-        self.hashes.insert(name.to_owned(), digest);
-        let replacing = self.registry.by_name(name).is_some();
-        match Plugin::load(&self.runtime, name, path) {
-            Ok(plugin) => {
-                let ms = plugin.load_time.as_millis();
-                let cached = plugin.cached;
-                let mount = crate::loader::mounts(&plugin.policy.routes);
-                if replacing {
-                    plugin
-                        .metrics
-                        .reloads
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                self.registry.insert(Arc::new(plugin));
-                tracing::info!(
-                    plugin = name,
-                    mount = %mount,
-                    path = %path.display(),
-                    cached,
-                    "{} in {ms} ms",
-                    if replacing { "replaced" } else { "loaded" }
-                );
-            }
-            Err(e) if replacing => {
-                tracing::error!(path = %path.display(), "refused: {e}; the previous version keeps serving");
-            }
-            Err(e) => {
-                // Not mounted: the next event retries it, even with the same content (a
-                // granted directory may have appeared meanwhile).
-                self.hashes.remove(name);
-                tracing::error!(path = %path.display(), "refused: {e}");
-            }
-        }
-    }
-
-    fn unmount(&mut self, path: &Path) {
-        let Some(name) = plugin_name(path) else {
-            return;
-        };
-        self.hashes.remove(name);
-        if self.registry.remove(name) {
-            tracing::info!(plugin = name, path = %path.display(), "unmounted: the file was removed");
+            self.loads.load(&path);
         }
     }
 }

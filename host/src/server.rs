@@ -9,7 +9,7 @@ use crate::config::ServeConfig;
 use crate::dispatch::Dispatcher;
 use crate::hub::Hub;
 use crate::job::reply_channel;
-use crate::loader::{self, Loaded};
+use crate::loader::Loads;
 use crate::net::event_loop::{Ended, EventLoop, Shared, StopHandle};
 use crate::pool::WorkerPool;
 use crate::runtime::engine::{Runtime, RuntimeConfig};
@@ -20,7 +20,6 @@ pub struct Server {
     pub local_addr: SocketAddr,
     pub registry: Arc<Registry>,
     pub runtime: Arc<Runtime>,
-    pub loaded: Vec<Loaded>,
     /// Where the admin endpoints listen, when on.
     pub admin_addr: Option<SocketAddr>,
     event_loop: EventLoop,
@@ -68,24 +67,24 @@ impl Server {
             workers: config.workers,
             memory_bytes: config.limits.guest_memory_bytes,
             cpu_deadline: config.limits.guest_cpu_deadline,
+            handler_timeout: config.limits.handler_timeout,
+            kv_max_bytes: config.limits.kv_max_bytes,
             max_body_bytes: config.limits.max_body_bytes,
             pooling: config.pooling,
             cache_dir: config.cache_dir.clone(),
         })
         .context("cannot set up the wasm runtime")?;
         let registry = Arc::new(Registry::default());
-        let loaded = loader::load_dir(&runtime, dir, &registry)
-            .with_context(|| format!("cannot read plugins directory {}", dir.display()))?;
-
+        let loads = Loads::new(runtime.clone(), registry.clone());
+        // Watching first, so that a change made while the plugins load is not missed.
         let reloader = if config.watch {
-            Some(crate::reload::watch(
-                runtime.clone(),
-                registry.clone(),
-                dir,
-            )?)
+            Some(crate::reload::watch(loads.clone(), dir)?)
         } else {
             None
         };
+        loads
+            .load_dir(dir)
+            .with_context(|| format!("cannot read plugins directory {}", dir.display()))?;
 
         let (poll, waker) = EventLoop::poll_and_waker()?;
         let wake = waker.clone();
@@ -93,13 +92,13 @@ impl Server {
             let _ = wake.wake();
         }));
         let hub = Arc::new(Hub::default());
-        let pool = WorkerPool::new(
-            config.workers,
-            config.limits.queue_depth,
-            reply_tx,
-            hub.clone(),
-        )
-        .context("cannot start worker threads")?;
+        let link = crate::runtime::state::WsLink {
+            hub: hub.clone(),
+            reply: reply_tx,
+            max_message_bytes: config.limits.ws_max_message_bytes,
+        };
+        let pool = WorkerPool::new(config.workers, config.limits.queue_depth, link)
+            .context("cannot start worker threads")?;
         let dispatcher = Dispatcher::new(registry.clone(), pool);
         let depth = dispatcher.depth_probe();
         let (event_loop, stop) = EventLoop::new(
@@ -131,7 +130,6 @@ impl Server {
             local_addr,
             registry,
             runtime,
-            loaded,
             admin_addr,
             event_loop,
             stop,

@@ -24,7 +24,15 @@ fn field_value() -> impl Strategy<Value = String> {
 }
 
 fn path() -> impl Strategy<Value = String> {
-    prop::collection::vec("[a-zA-Z0-9._~%-]{1,8}", 0..5).prop_map(|s| format!("/{}", s.join("/")))
+    // Dot segments (`.`, `..`, `%2e`...) are resolved by the parser, so the path it returns
+    // differs from the one sent; they have tests of their own.
+    let segment = "[a-zA-Z0-9._~%-]{1,8}".prop_filter("not a dot segment", |s| {
+        !matches!(
+            s.to_ascii_lowercase().as_str(),
+            "." | ".." | "%2e" | ".%2e" | "%2e." | "%2e%2e"
+        )
+    });
+    prop::collection::vec(segment, 0..5).prop_map(|s| format!("/{}", s.join("/")))
 }
 
 /// A valid request: head fields, and a body sent with Content-Length or chunked.
@@ -195,7 +203,7 @@ proptest! {
 
     #[test]
     fn encoded_responses_satisfy_a_strict_parser(
-        status in 200u16..1000,
+        status in 200u16..600,
         headers in prop::collection::vec((token(), field_value()), 0..10),
         body in prop::collection::vec(any::<u8>(), 0..3000),
         text in any::<bool>(),
@@ -242,6 +250,10 @@ proptest! {
         } else {
             let len: usize = String::from_utf8(get("content-length").unwrap()).unwrap().parse().unwrap();
             if head {
+                prop_assert!(payload.is_empty());
+            } else if status == 205 {
+                // Reset Content: never a body, and a length that says so.
+                prop_assert_eq!(len, 0);
                 prop_assert!(payload.is_empty());
             } else {
                 prop_assert_eq!(payload.len(), len);

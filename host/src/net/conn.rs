@@ -23,7 +23,7 @@ use super::io::{Step, read_some, write_some};
 use super::ws::WsConn;
 use crate::dispatch::{Dispatcher, Immediate, Undelivered};
 use crate::hub::Hub;
-use crate::job::{ConnId, WsEvent, WsId, WsMessage};
+use crate::job::{ConnId, Outbound, WsEvent, WsId};
 use crate::limits::{LINGER_TIMEOUT, Limits, READ_CHUNK_BYTES};
 use crate::proto::body::BodyDecoder;
 use crate::proto::request::{self, Framing, RequestHead};
@@ -31,6 +31,7 @@ use crate::proto::response::{self, RequestMeta};
 use crate::proto::{ProtoError, Status, Version};
 use crate::runtime::call::Access;
 use crate::runtime::registry::Mount;
+use crate::runtime::watch::Cancel;
 
 thread_local! {
     /// Where reads land before they are appended to a connection's buffer.
@@ -40,6 +41,9 @@ thread_local! {
 
 /// Buffer capacity a connection keeps once its buffers are empty.
 const IDLE_BUFFER_BYTES: usize = 16 * 1024;
+
+/// The methods `OPTIONS *` lists: what plugins may route (the router's own set, and OPTIONS).
+const SERVER_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS";
 
 /// Bytes read and discarded after an error response before the socket is closed anyway.
 const LINGER_MAX_BYTES: usize = 256 * 1024;
@@ -105,6 +109,8 @@ pub struct Conn<S> {
     state: State,
     /// The position of the current request on this connection.
     seq: u64,
+    /// Cancels the call handling the current request, should the client leave.
+    in_flight: Option<Cancel>,
     eof: bool,
     /// The socket may have unread input: set by a readiness event, cleared when a read would
     /// block or comes back short. Saves a `read` syscall per request (see [`Conn::read`]).
@@ -133,6 +139,7 @@ impl<S: Transport> Conn<S> {
             wpos: 0,
             state: State::Head,
             seq: 0,
+            in_flight: None,
             eof: false,
             readable: true,
             read_closed: false,
@@ -141,6 +148,15 @@ impl<S: Transport> Conn<S> {
             idle_since: Some(now),
             request_since: None,
             write_progress: now,
+        }
+    }
+
+    /// The connection is going away (closed by either side, timed out, or the server
+    /// stopped): a call still working on its request is cancelled, since nobody will read
+    /// the answer.
+    pub fn abandon(&mut self) {
+        if let Some(cancel) = self.in_flight.take() {
+            cancel.cancel();
         }
     }
 
@@ -165,7 +181,7 @@ impl<S: Transport> Conn<S> {
         }
         let backlog = self.wbuf.len() - self.wpos;
         if backlog > 0 && backlog + bytes.len() > ctx.limits.max_send_buffer_bytes {
-            tracing::warn!(
+            crate::warn_limited!(
                 conn = ?self.id,
                 peer = %self.peer,
                 backlog,
@@ -175,6 +191,7 @@ impl<S: Transport> Conn<S> {
         }
         self.queue_owned_output(bytes);
         self.seq += 1;
+        self.in_flight = None;
         self.state = if close || ctx.draining {
             State::Closing
         } else {
@@ -196,6 +213,7 @@ impl<S: Transport> Conn<S> {
         debug_assert!(matches!(self.state, State::Waiting) && seq == self.seq);
         self.queue_output(bytes);
         self.seq += 1;
+        self.in_flight = None;
         let mut conn = WsConn::new(ws, plugin, ctx.limits, Instant::now());
         if ctx.draining {
             self.compact();
@@ -228,14 +246,18 @@ impl<S: Transport> Conn<S> {
     }
 
     /// A plugin sends a message on this WebSocket.
-    pub fn on_ws_send(&mut self, message: WsMessage, ctx: &mut Ctx<'_>) -> Liveness {
+    pub fn on_ws_send(&mut self, message: Outbound, ctx: &mut Ctx<'_>) -> Liveness {
         let backlog = self.wbuf.len() - self.wpos;
         self.compact();
         let State::WebSocket(ws) = &mut self.state else {
             return Liveness::Open;
         };
+        if ws.finished() {
+            // Closing already: messages still in flight to it are dropped, quietly.
+            return Liveness::Open;
+        }
         if backlog > ctx.limits.max_send_buffer_bytes {
-            tracing::warn!(ws = ws.id, peer = %self.peer, backlog, "closing a WebSocket that does not read (1008)");
+            crate::warn_limited!(ws = ws.id, peer = %self.peer, backlog, "closing a WebSocket that does not read (1008)");
             ws.close(
                 1008,
                 "not reading",
@@ -269,6 +291,7 @@ impl<S: Transport> Conn<S> {
         if !matches!(self.state, State::Waiting) || seq != self.seq {
             return Liveness::Open;
         }
+        self.in_flight = None;
         let immediate = Immediate {
             status: 503,
             message: "the server is shutting down".to_owned(),
@@ -375,7 +398,8 @@ impl<S: Transport> Conn<S> {
                     return Liveness::Closed;
                 }
                 State::Head | State::Body { .. } | State::Lingering { .. } => {}
-                State::Waiting | State::WebSocket(_) => return Liveness::Open,
+                State::Waiting => return self.check_client(),
+                State::WebSocket(_) => return Liveness::Open,
                 State::Closing => {
                     if self.pending_output() {
                         return Liveness::Open;
@@ -405,6 +429,24 @@ impl<S: Transport> Conn<S> {
                     return Liveness::Closed;
                 }
             }
+        }
+    }
+
+    /// While a worker has the request: if the client closed its side, look whether it left
+    /// (end of stream with nothing pipelined behind the request). It did: the connection
+    /// closes, and closing it cancels the call (see [`Conn::abandon`]), so a handler whose
+    /// client hung up does not hold a worker until it finishes. Like nginx (499), a client
+    /// that half-closes after its request is taken to have left.
+    fn check_client(&mut self) -> Liveness {
+        if !self.read_closed || !self.rbuf.is_empty() {
+            return Liveness::Open;
+        }
+        match self.read() {
+            Ok(Step::Eof) | Err(_) => {
+                tracing::debug!(conn = ?self.id, peer = %self.peer, "client left while its request was being handled");
+                Liveness::Closed
+            }
+            Ok(Step::Moved(_) | Step::WouldBlock) => Liveness::Open,
         }
     }
 
@@ -438,11 +480,12 @@ impl<S: Transport> Conn<S> {
             let State::WebSocket(ws) = &mut self.state else {
                 unreachable!("advance_ws runs on WebSocket connections");
             };
+            let max_backlog = ctx.limits.max_send_buffer_bytes;
             if ws.wants_input() {
                 self.wbuf.drain(..self.wpos);
                 self.wpos = 0;
                 let had_output = !self.wbuf.is_empty();
-                ws.read_frames(&mut self.rbuf, &mut self.wbuf, Instant::now());
+                ws.read_frames(&mut self.rbuf, &mut self.wbuf, Instant::now(), max_backlog);
                 if !had_output && !self.wbuf.is_empty() {
                     self.write_progress = Instant::now();
                 }
@@ -495,7 +538,9 @@ impl<S: Transport> Conn<S> {
                 ws.peer_gone();
                 continue;
             }
-            if !ws.wants_input() {
+            // Not while the plugin is behind, nor while the client is not reading what we
+            // answer (Pongs included): the client's own sends then back up, not our memory.
+            if !ws.wants_input() || self.wbuf.len() - self.wpos > max_backlog {
                 return Liveness::Open;
             }
             match self.read() {
@@ -561,6 +606,11 @@ impl<S: Transport> Conn<S> {
                     Status::Complete(head, used) => (head, used),
                 };
                 self.rbuf.drain(..used);
+                if head.path == "*" {
+                    // `OPTIONS *` asks about the server itself (RFC 9110 §9.3.7).
+                    self.answer_server_options(&head);
+                    return Ok(true);
+                }
                 // The plugin's own body limit, when lower than the server's.
                 let mount = ctx.dispatcher.route(&head.path);
                 let max_body = mount.as_ref().map_or(ctx.limits.max_body_bytes, |m| {
@@ -650,13 +700,50 @@ impl<S: Transport> Conn<S> {
             self.answer(&immediate, version, is_head, false);
             return;
         }
-        if let Err(immediate) = ctx
-            .dispatcher
-            .dispatch(self.id, self.seq, mount, head, body, self.peer)
-        {
-            access.log(immediate.status, 0, "-", None);
-            self.answer(&immediate, version, is_head, keep_alive);
+        let cancel = Cancel::default();
+        match ctx.dispatcher.dispatch(
+            self.id,
+            self.seq,
+            mount,
+            head,
+            body,
+            self.peer,
+            cancel.clone(),
+        ) {
+            Ok(()) => self.in_flight = Some(cancel),
+            Err(immediate) => {
+                access.log(immediate.status, 0, "-", None);
+                self.answer(&immediate, version, is_head, keep_alive);
+            }
         }
+    }
+
+    /// Answers `OPTIONS *`: the methods the server accepts, no body.
+    fn answer_server_options(&mut self, head: &RequestHead) {
+        let req = RequestMeta {
+            version: head.version,
+            head: false,
+            keep_alive: head.keep_alive,
+            accept_encoding: None,
+        };
+        let mut out = Vec::new();
+        let keep_alive =
+            response::encode_simple(200, &[("allow", SERVER_METHODS)], "", &req, &mut out);
+        Access {
+            remote: self.peer,
+            method: head.method.clone(),
+            path: head.path.clone(),
+            received: Instant::now(),
+            metrics: None,
+        }
+        .log(200, out.len(), "-", None);
+        self.queue_output(&out);
+        self.seq += 1;
+        self.state = if keep_alive {
+            State::Head
+        } else {
+            State::Closing
+        };
     }
 
     /// Writes a host-made response for the current request.

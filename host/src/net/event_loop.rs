@@ -196,7 +196,9 @@ impl EventLoop {
                 match event.token() {
                     LISTENER => self.accept(),
                     WAKER => self.deliver_replies(),
-                    Token(slot) => self.on_conn_event(slot, event.is_read_closed()),
+                    Token(slot) => {
+                        self.on_conn_event(slot, event.is_read_closed() || event.is_error())
+                    }
                 }
             }
             let now = Instant::now();
@@ -261,7 +263,7 @@ impl EventLoop {
                     if self.conns.len() >= self.limits.max_connections {
                         // Accepted and closed at once: the client learns immediately, and the
                         // backlog does not fill with connections we would never serve.
-                        tracing::warn!(%peer, max = self.limits.max_connections, "connection limit reached: closing a new connection");
+                        crate::warn_limited!(%peer, max = self.limits.max_connections, "connection limit reached: closing a new connection");
                         let _ = stream.shutdown(std::net::Shutdown::Both);
                         continue;
                     }
@@ -353,7 +355,7 @@ impl EventLoop {
                             .dispatch_event(conn, ws, &plugin, close)
                             .is_err()
                         {
-                            tracing::warn!(ws, "close event of a departed WebSocket dropped");
+                            crate::warn_limited!(ws, "close event of a departed WebSocket dropped");
                         }
                         continue;
                     }
@@ -414,6 +416,7 @@ impl EventLoop {
 
     fn close(&mut self, slot: usize) {
         let mut conn = self.conns.remove(slot);
+        conn.abandon();
         self.metrics
             .connections_open
             .fetch_sub(1, Ordering::Relaxed);

@@ -16,7 +16,7 @@ use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::protocol::{Role, WebSocketConfig, WebSocketContext};
 use tungstenite::{Error, Message};
 
-use crate::job::{WsEvent, WsId, WsMessage};
+use crate::job::{Outbound, WsEvent, WsId, WsMessage};
 use crate::limits::{Limits, WS_CLOSE_TIMEOUT, WS_MAX_QUEUED_EVENTS};
 
 /// Initial size of tungstenite's input buffer per connection; it grows as frames need.
@@ -122,10 +122,20 @@ impl WsConn {
 
     /// Parses buffered input into events. Control frames are answered by tungstenite (a Ping
     /// gets its Pong; a Close gets its echo).
-    pub fn read_frames(&mut self, rbuf: &mut Vec<u8>, wbuf: &mut Vec<u8>, now: Instant) {
+    ///
+    /// Those answers count against the send backlog like any output: once `wbuf` holds more
+    /// than `max_backlog` unsent bytes, reading stops until the peer reads, so a client that
+    /// floods Pings and never reads fills its own socket buffers, not the host's memory.
+    pub fn read_frames(
+        &mut self,
+        rbuf: &mut Vec<u8>,
+        wbuf: &mut Vec<u8>,
+        now: Instant,
+        max_backlog: usize,
+    ) {
         // Until tungstenite says it needs more input: it buffers what it reads, so an empty
         // `rbuf` does not mean every frame was seen.
-        while self.wants_input() {
+        while self.wants_input() && wbuf.len() <= max_backlog {
             let mut pipe = Pipe { rbuf, wbuf };
             let result = self.ctx.read(&mut pipe);
             match result {
@@ -215,14 +225,10 @@ impl WsConn {
     }
 
     /// A message from the plugin. Dropped once the connection is closing.
-    pub fn send(&mut self, message: WsMessage, rbuf: &mut Vec<u8>, wbuf: &mut Vec<u8>) {
+    pub fn send(&mut self, message: Outbound, rbuf: &mut Vec<u8>, wbuf: &mut Vec<u8>) {
         if !self.ctx.can_write() {
             return;
         }
-        let message = match message {
-            WsMessage::Text(text) => Message::text(text),
-            WsMessage::Binary(bytes) => Message::binary(bytes),
-        };
         let mut pipe = Pipe { rbuf, wbuf };
         if self.ctx.write(&mut pipe, message).is_ok() {
             let _ = self.ctx.flush(&mut pipe);

@@ -7,13 +7,12 @@
 
 mod worker;
 
-use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
-use crate::hub::Hub;
-use crate::job::{Job, ReplyTx};
+use crate::job::Job;
+use crate::runtime::state::WsLink;
 
 /// The queue is full.
 #[derive(Debug)]
@@ -29,22 +28,17 @@ pub struct WorkerPool {
 }
 
 impl WorkerPool {
-    /// Starts `workers` threads sharing a queue of `queue_depth` jobs.
-    pub fn new(
-        workers: usize,
-        queue_depth: usize,
-        reply: ReplyTx,
-        hub: Arc<Hub>,
-    ) -> std::io::Result<Self> {
+    /// Starts `workers` threads sharing a queue of `queue_depth` jobs. Their plugins reach
+    /// WebSockets, and send replies, through `link`.
+    pub fn new(workers: usize, queue_depth: usize, link: WsLink) -> std::io::Result<Self> {
         let (tx, rx) = crossbeam_channel::bounded::<Box<Job>>(queue_depth);
         let mut threads = Vec::with_capacity(workers);
         for i in 0..workers {
             let rx = rx.clone();
-            let reply = reply.clone();
-            let hub = hub.clone();
+            let link = link.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("ankh-worker-{i}"))
-                .spawn(move || worker::Worker::new(reply, hub).run(rx))?;
+                .spawn(move || worker::Worker::new(link).run(rx))?;
             threads.push(thread);
         }
         Ok(WorkerPool {

@@ -7,12 +7,11 @@ use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
 
-use crate::hub::Hub;
 use crate::job::{EventJob, Job, Reply, ReplyTx, RequestJob};
 use crate::proto::{Version, header, ws};
 use crate::runtime::bindings::types;
 use crate::runtime::call::{Access, CallContext, Origin};
-use crate::runtime::instance::{Failure, Instance};
+use crate::runtime::instance::{Failure, Instance, InvokeError};
 use crate::runtime::plugin::Plugin;
 use crate::runtime::state::WsLink;
 
@@ -21,7 +20,7 @@ const CLOSE_INTERNAL_ERROR: u16 = 1011;
 
 pub(super) struct Worker {
     reply: ReplyTx,
-    hub: Arc<Hub>,
+    link: WsLink,
     /// This worker's instance of each plugin it has served, by plugin name.
     instances: HashMap<Arc<str>, Instance>,
     /// Reused for encoding responses.
@@ -29,10 +28,10 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    pub(super) fn new(reply: ReplyTx, hub: Arc<Hub>) -> Self {
+    pub(super) fn new(link: WsLink) -> Self {
         Worker {
-            reply,
-            hub,
+            reply: link.reply.clone(),
+            link,
             instances: HashMap::new(),
             buf: Vec::with_capacity(4096),
         }
@@ -67,7 +66,7 @@ impl Worker {
     }
 
     /// This worker's instance of `plugin`, created (or replaced, for a newer version) on demand.
-    fn instance(&mut self, plugin: &Arc<Plugin>) -> wasmtime::Result<&mut Instance> {
+    fn instance(&mut self, plugin: &Arc<Plugin>) -> Result<&mut Instance, Failure> {
         let stale = self
             .instances
             .get(&plugin.name)
@@ -76,11 +75,7 @@ impl Worker {
             self.instances.remove(&plugin.name);
         }
         if !self.instances.contains_key(&plugin.name) {
-            let link = WsLink {
-                hub: self.hub.clone(),
-                reply: self.reply.clone(),
-            };
-            let instance = Instance::new(plugin.clone(), link)?;
+            let instance = Instance::new(plugin.clone(), self.link.clone())?;
             self.instances.insert(plugin.name.clone(), instance);
         }
         Ok(self
@@ -92,11 +87,23 @@ impl Worker {
     /// Logs a failed call and forgets the instance that failed.
     fn discard(&mut self, plugin: &Plugin, failure: &Failure, context: &str) {
         self.instances.remove(&plugin.name);
+        let m = &plugin.metrics;
         let counter = match failure.error {
-            crate::runtime::instance::InvokeError::Deadline(_) => &plugin.metrics.deadline_hits,
-            _ => &plugin.metrics.traps,
+            InvokeError::Deadline(_) => &m.deadline_hits,
+            InvokeError::TimedOut(_) => &m.timeouts,
+            InvokeError::Cancelled => &m.cancellations,
+            _ => &m.traps,
         };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if matches!(failure.error, InvokeError::Cancelled) {
+            // Not the plugin's fault, and routine under load: no backtrace.
+            tracing::info!(
+                plugin = %plugin.name,
+                "plugin `{}` call stopped ({context}): the client disconnected; a fresh instance takes the next call",
+                plugin.name
+            );
+            return;
+        }
         tracing::error!(
             plugin = %plugin.name,
             "plugin `{}` {} ({context}); instance discarded\n{}",
@@ -111,24 +118,33 @@ impl Worker {
         let plugin = job.plugin.clone();
         let buf = std::mem::take(&mut self.buf);
         let mut call = CallContext::new(origin, plugin.name.clone(), self.reply.clone(), buf);
+        if job.cancel.is_cancelled() {
+            // The client left while the request waited in the queue: nobody wants the answer.
+            plugin
+                .metrics
+                .cancellations
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            call.abandon(InvokeError::Cancelled.status());
+            self.buf = call.into_buffer();
+            return;
+        }
         let instance = match self.instance(&plugin) {
             Ok(instance) => instance,
-            Err(e) => {
-                tracing::error!(
-                    plugin = %plugin.name,
-                    request = %format_args!("{:016x}", job.request_id),
-                    "cannot instantiate: {e:?}"
-                );
-                let message = call.error_message("could not be instantiated");
-                call.respond_error(500, &message);
+            Err(failure) => {
+                let context = format!("instantiating for request {:016x}", job.request_id);
+                self.discard(&plugin, &failure, &context);
+                let message =
+                    call.error_message(&format!("could not be instantiated: {}", failure.error));
+                call.respond_error(failure.error.status(), &message);
                 self.buf = call.into_buffer();
                 return;
             }
         };
         let mut job = job;
         let slot = job.slot.take();
+        let cancel = job.cancel.clone();
         let request = to_wit(job);
-        let (result, mut call) = instance.handle_request(&request, call);
+        let (result, mut call) = instance.handle_request(&request, call, cancel);
         // The call is over: free the plugin's concurrency slot before the response leaves, so
         // a client that sends its next request on receipt finds the slot free.
         drop(slot);
@@ -164,8 +180,12 @@ impl Worker {
             Err(failure) => {
                 let context = format!("request {:016x}", call.request_id);
                 self.discard(&plugin, &failure, &context);
-                let message = call.error_message(&failure.error.to_string());
-                call.respond_error(failure.error.status(), &message);
+                if matches!(failure.error, InvokeError::Cancelled) {
+                    call.abandon(failure.error.status());
+                } else {
+                    let message = call.error_message(&failure.error.to_string());
+                    call.respond_error(failure.error.status(), &message);
+                }
             }
         }
         self.buf = call.into_buffer();
@@ -181,7 +201,7 @@ impl Worker {
         call: &mut CallContext,
     ) {
         if call.responded() {
-            tracing::warn!(plugin = %plugin.name, "upgrade refused: the request was already answered");
+            crate::warn_limited!(plugin = %plugin.name, "upgrade refused: the request was already answered");
             return;
         }
         let headers: Vec<_> = request
@@ -189,15 +209,14 @@ impl Worker {
             .iter()
             .map(|h| (h.name.clone(), h.value.clone()))
             .collect();
-        let accept = match ws::accept_key(&request.method, &headers) {
+        let version = match request.version {
+            types::HttpVersion::Http10 => Version::Http10,
+            types::HttpVersion::Http11 => Version::Http11,
+        };
+        let accept = match ws::accept_key(&request.method, version, &headers) {
             Ok(accept) => accept,
             Err(refusal) => {
-                let extra: &[(&str, &str)] = if refusal.needs_version_header {
-                    &[("sec-websocket-version", "13")]
-                } else {
-                    &[]
-                };
-                call.respond_error_with(refusal.status, extra, refusal.message);
+                call.respond_error_with(refusal.status, refusal.headers(), refusal.message);
                 return;
             }
         };
@@ -205,22 +224,28 @@ impl Worker {
         let protocol = upgrade.protocol.filter(|p| {
             let ok = offered.iter().any(|o| o == p);
             if !ok {
-                tracing::warn!(plugin = %plugin.name, protocol = %p, "the plugin chose a subprotocol the client did not offer; omitted");
+                crate::warn_limited!(plugin = %plugin.name, protocol = %p, "the plugin chose a subprotocol the client did not offer; omitted");
             }
             ok
         });
         let extra: Vec<_> = upgrade
             .headers
             .into_iter()
-            .filter(|h| {
-                !h.value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0)
-                    && !h.name.is_empty()
-                    && h.name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
-            })
             .map(|h| (h.name, h.value))
             .collect();
+        // The same rules as for any response: an invalid header refuses the whole upgrade.
+        if let Err(e) = crate::proto::response::check_headers(&extra) {
+            tracing::error!(
+                plugin = %plugin.name,
+                request = %format_args!("{:016x}", call.request_id),
+                "invalid upgrade from plugin: {e}"
+            );
+            let message = call.error_message(&format!("returned an invalid upgrade ({e})"));
+            call.respond_error(500, &message);
+            return;
+        }
         let bytes = ws::switching_protocols(&accept, protocol.as_deref(), &extra);
-        let ws_id = self.hub.open();
+        let ws_id = self.link.hub.open(&plugin.name);
         let (conn, seq) = call.conn();
         call.mark_upgraded();
         call.log_upgrade();
@@ -270,8 +295,12 @@ impl Worker {
                     }
                 }
             }
-            Err(e) => {
-                tracing::error!(plugin = %plugin.name, ws, "cannot instantiate: {e:?}");
+            Err(failure) => {
+                self.discard(
+                    &plugin,
+                    &failure,
+                    &format!("instantiating for WebSocket {ws}"),
+                );
                 if !closing {
                     self.reply.send(Reply::Close {
                         ws,

@@ -202,9 +202,11 @@ fn parse_chunk_size(line: &[u8]) -> Result<u64, ProtoError> {
             .filter(|&s| s <= i64::MAX as u64)
             .ok_or(ProtoError::BadRequest("chunk size overflows"))?;
     }
-    let ext = line[digits..].trim_ascii_start();
-    if !ext.is_empty()
-        && (ext[0] != b';' || ext.iter().any(|&b| b.is_ascii_control() && b != b'\t'))
+    // Whitespace is allowed only before a `;` (BWS in RFC 9112 §7.1.1): `5 \r\n` is invalid.
+    let rest = &line[digits..];
+    let ext = rest.trim_ascii_start();
+    if !rest.is_empty()
+        && (ext.first() != Some(&b';') || ext.iter().any(|&b| b.is_ascii_control() && b != b'\t'))
     {
         return Err(ProtoError::BadRequest("invalid chunk extension"));
     }
@@ -241,6 +243,19 @@ mod tests {
         let (body, used) = decode_all(raw, 1 << 20).unwrap();
         assert_eq!(body, b"hello world!");
         assert_eq!(&raw[used..], b"NEXT");
+    }
+
+    #[test]
+    fn whitespace_after_a_chunk_size_needs_an_extension() {
+        for bad in [
+            &b"5 \r\nhello\r\n0\r\n\r\n"[..],
+            b"5\t\r\nhello\r\n0\r\n\r\n",
+        ] {
+            assert_eq!(
+                decode_all(bad, 1 << 20).unwrap_err(),
+                ProtoError::BadRequest("invalid chunk extension")
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,16 @@
 //! module adds the semantic rules that keep framing unambiguous (RFC 9112 §6.1, §6.3):
 //! one `Host`, at most one valid `Content-Length`, never both `Content-Length` and
 //! `Transfer-Encoding`, and `chunked` as the only and final transfer coding.
+//!
+//! It also settles what the request is for, once, so every later stage agrees:
+//! - the `Host` value must be an authority (`host[:port]`, no userinfo, RFC 9110 §7.2);
+//! - an absolute-form target's authority replaces `Host` (RFC 9112 §3.2.2);
+//! - the path has its dot segments removed (RFC 3986 §5.2.4, `%2e` counting as `.`), so
+//!   `/evil/../hello` is routed, and seen by the plugin, as `/hello`, as a normalising proxy in
+//!   front would route it;
+//! - a target with a fragment (`#`) or raw non-ASCII bytes is refused.
 
+use std::borrow::Cow;
 use std::mem::MaybeUninit;
 
 use super::{Header, ProtoError, Status, Version, has_token};
@@ -89,14 +98,132 @@ pub fn parse(buf: &[u8], limits: &Limits) -> Result<Status<RequestHead>, ProtoEr
         Some(0) => Version::Http10,
         _ => Version::Http11,
     };
-    let (path, query) = split_target(method, target)?;
-    let headers: Vec<Header> = req
+    if target.bytes().any(|b| b == b'#' || !b.is_ascii_graphic()) {
+        return Err(ProtoError::BadRequest(
+            "the request-target has a fragment or a byte that is not printable ASCII",
+        ));
+    }
+    let (path, query, authority) = split_target(method, target)?;
+    let mut headers: Vec<Header> = req
         .headers
         .iter()
         .map(|h| (h.name.to_owned(), h.value.to_vec()))
         .collect();
-    let head = validate(method, path, query, version, headers, limits)?;
+    let path = if path == "*" {
+        Cow::Borrowed(path)
+    } else {
+        remove_dot_segments(path)
+    };
+    let mut head = validate(method, &path, query, version, &headers, limits)?;
+    if let Some(authority) = authority {
+        if !valid_authority(authority.as_bytes()) {
+            return Err(ProtoError::BadRequest(
+                "invalid authority in the request-target",
+            ));
+        }
+        // The target's authority is the request's host; a Host field is ignored.
+        match headers
+            .iter_mut()
+            .find(|(n, _)| n.eq_ignore_ascii_case("host"))
+        {
+            Some((_, value)) => *value = authority.as_bytes().to_vec(),
+            None => headers.push(("host".to_owned(), authority.as_bytes().to_vec())),
+        }
+    }
+    head.headers = headers;
     Ok(Status::Complete(head, consumed))
+}
+
+/// Whether `value` is `uri-host [":" port]` with a non-empty host (RFC 9110 §4.2.1, §7.2;
+/// RFC 3986 §3.2.2): a reg-name or IPv4 address, or an IP literal in brackets. Userinfo
+/// (`user@host`), whitespace and anything else outside the grammar are refused.
+fn valid_authority(value: &[u8]) -> bool {
+    let sub_delim = |b: u8| b"!$&'()*+,;=".contains(&b);
+    let unreserved = |b: u8| b.is_ascii_alphanumeric() || b"-._~".contains(&b);
+    let (host, port) = if value.first() == Some(&b'[') {
+        let Some(end) = value.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let literal = &value[1..end];
+        if literal.is_empty()
+            || !literal
+                .iter()
+                .all(|&b| unreserved(b) || sub_delim(b) || b == b':')
+        {
+            return false;
+        }
+        match &value[end + 1..] {
+            [] => (&value[..=end], None),
+            [b':', port @ ..] => (&value[..=end], Some(port)),
+            _ => return false,
+        }
+    } else {
+        let (host, port) = match value.iter().rposition(|&b| b == b':') {
+            Some(colon) => (&value[..colon], Some(&value[colon + 1..])),
+            None => (value, None),
+        };
+        let mut i = 0;
+        while i < host.len() {
+            let b = host[i];
+            if b == b'%' {
+                if !(host.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                    && host.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+                {
+                    return false;
+                }
+                i += 3;
+                continue;
+            }
+            if !unreserved(b) && !sub_delim(b) {
+                return false;
+            }
+            i += 1;
+        }
+        (host, port)
+    };
+    !host.is_empty() && port.is_none_or(|p| p.len() <= 5 && p.iter().all(u8::is_ascii_digit))
+}
+
+/// Removes `.` and `..` segments from an absolute path (RFC 3986 §5.2.4), with `%2e` read as
+/// `.` (RFC 3986 §6.2.2.2). A `..` above the root stays at the root.
+fn remove_dot_segments(path: &str) -> Cow<'_, str> {
+    #[derive(PartialEq)]
+    enum Dots {
+        None,
+        One,
+        Two,
+    }
+    fn dots(segment: &str) -> Dots {
+        let lower = segment.to_ascii_lowercase();
+        match lower.as_str() {
+            "." | "%2e" => Dots::One,
+            ".." | ".%2e" | "%2e." | "%2e%2e" => Dots::Two,
+            _ => Dots::None,
+        }
+    }
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    if segments
+        .iter()
+        .all(|s| s.len() > 6 || dots(s) == Dots::None)
+    {
+        return Cow::Borrowed(path);
+    }
+    let mut out: Vec<&str> = Vec::with_capacity(segments.len());
+    let last = segments.len().saturating_sub(1);
+    for (i, segment) in segments.iter().enumerate() {
+        match dots(segment) {
+            Dots::None => out.push(segment),
+            Dots::One => {}
+            Dots::Two => {
+                out.pop();
+            }
+        }
+        // A trailing `.` or `..` leaves a directory: `/a/b/..` is `/a/`.
+        if i == last && dots(segment) != Dots::None {
+            out.push("");
+        }
+    }
+    Cow::Owned(format!("/{}", out.join("/")))
 }
 
 /// Decides whether an incomplete head may still grow.
@@ -148,30 +275,34 @@ fn looks_like_version(buf: &[u8]) -> bool {
                 if major.is_ascii_digit() && minor.is_ascii_digit()))
 }
 
-/// Splits the request-target into path and query (RFC 9112 §3.2).
-fn split_target<'a>(method: &str, target: &'a str) -> Result<(&'a str, &'a str), ProtoError> {
-    let target = if target.starts_with('/') {
-        target
+/// Splits the request-target into path, query and, for the absolute form, the authority
+/// (RFC 9112 §3.2).
+fn split_target<'a>(
+    method: &str,
+    target: &'a str,
+) -> Result<(&'a str, &'a str, Option<&'a str>), ProtoError> {
+    let (target, authority) = if target.starts_with('/') {
+        (target, None)
     } else if target == "*" {
         if method != "OPTIONS" {
             return Err(ProtoError::BadRequest(
                 "`*` target is only valid for OPTIONS",
             ));
         }
-        return Ok(("*", ""));
+        return Ok(("*", "", None));
     } else if let Some(rest) = strip_scheme(target) {
-        // absolute-form: drop the authority, keep path and query.
+        // absolute-form: the authority, then path and query.
         match rest.find(['/', '?']) {
-            Some(i) if rest.as_bytes()[i] == b'/' => &rest[i..],
-            Some(i) => return Ok(("/", &rest[i + 1..])),
-            None => "/",
+            Some(i) if rest.as_bytes()[i] == b'/' => (&rest[i..], Some(&rest[..i])),
+            Some(i) => return Ok(("/", &rest[i + 1..], Some(&rest[..i]))),
+            None => ("/", Some(rest)),
         }
     } else {
         return Err(ProtoError::BadRequest("request-target must be a path"));
     };
     Ok(match target.split_once('?') {
-        Some((path, query)) => (path, query),
-        None => (target, ""),
+        Some((path, query)) => (path, query, authority),
+        None => (target, "", authority),
     })
 }
 
@@ -191,7 +322,7 @@ fn validate(
     path: &str,
     query: &str,
     version: Version,
-    headers: Vec<Header>,
+    headers: &[Header],
     limits: &Limits,
 ) -> Result<RequestHead, ProtoError> {
     let mut hosts = 0;
@@ -200,9 +331,12 @@ fn validate(
     let mut connection_close = false;
     let mut connection_keep_alive = false;
     let mut expect_continue = false;
-    for (name, value) in &headers {
+    for (name, value) in headers {
         if name.eq_ignore_ascii_case("host") {
             hosts += 1;
+            if !valid_authority(value) {
+                return Err(ProtoError::BadRequest("invalid Host header"));
+            }
         } else if name.eq_ignore_ascii_case("content-length") {
             if content_length.is_some() {
                 return Err(ProtoError::BadRequest("more than one Content-Length"));
@@ -253,11 +387,12 @@ fn validate(
         path: path.to_owned(),
         query: query.to_owned(),
         version,
-        headers,
+        headers: Vec::new(),
         framing,
         keep_alive,
-        // An expectation only makes sense when a body follows.
-        expect_continue: expect_continue && framing != Framing::Empty,
+        // An expectation only makes sense when a body follows, and an HTTP/1.0 client cannot
+        // have one: it must be ignored (RFC 9110 §10.1.1).
+        expect_continue: expect_continue && framing != Framing::Empty && version == Version::Http11,
     })
 }
 
@@ -344,6 +479,52 @@ mod tests {
         body_too_large: b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 999999999999\r\n\r\n" => 413;
         relative_target: b"GET foo HTTP/1.1\r\nHost: a\r\n\r\n" => 400;
         star_not_options: b"GET * HTTP/1.1\r\nHost: a\r\n\r\n" => 400;
+        empty_host: b"GET / HTTP/1.1\r\nHost: \r\n\r\n" => 400;
+        host_with_space: b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n" => 400;
+        host_with_userinfo: b"GET / HTTP/1.1\r\nHost: user@a\r\n\r\n" => 400;
+        host_bad_port: b"GET / HTTP/1.1\r\nHost: a:8x\r\n\r\n" => 400;
+        host_bad_literal: b"GET / HTTP/1.1\r\nHost: [::1\r\n\r\n" => 400;
+        fragment: b"GET /a#frag HTTP/1.1\r\nHost: a\r\n\r\n" => 400;
+        non_ascii_target: b"GET /caf\xc3\xa9 HTTP/1.1\r\nHost: a\r\n\r\n" => 400;
+        absolute_form_userinfo: b"GET http://user@evil/ HTTP/1.1\r\nHost: a\r\n\r\n" => 400;
+    }
+
+    #[test]
+    fn hosts_that_are_authorities() {
+        for host in [
+            "a",
+            "example.com:8080",
+            "127.0.0.1",
+            "[::1]:443",
+            "[::1]",
+            "xn--ls8h.la",
+            "a:",
+        ] {
+            let raw = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            parse_ok(raw.as_bytes());
+        }
+    }
+
+    #[test]
+    fn dot_segments_are_removed_before_routing() {
+        for (target, path) in [
+            ("/evil/../hello", "/hello"),
+            ("/evil/%2E%2e/hello", "/hello"),
+            ("/a/./b/.", "/a/b/"),
+            ("/a/b/..", "/a/"),
+            ("/../../x", "/x"),
+            ("/..", "/"),
+            ("/a/.b/..c", "/a/.b/..c"),
+            ("/plain/path", "/plain/path"),
+        ] {
+            let raw = format!("GET {target}?q=1 HTTP/1.1\r\nHost: a\r\n\r\n");
+            let (h, _) = parse_ok(raw.as_bytes());
+            assert_eq!(
+                (h.path.as_str(), h.query.as_str()),
+                (path, "q=1"),
+                "{target}"
+            );
+        }
     }
 
     #[test]
@@ -387,8 +568,18 @@ mod tests {
     fn absolute_form_and_asterisk_targets() {
         let (h, _) = parse_ok(b"GET http://example.com/x?q HTTP/1.1\r\nHost: a\r\n\r\n");
         assert_eq!((h.path.as_str(), h.query.as_str()), ("/x", "q"));
+        // The target's authority is the host the plugin sees.
+        assert_eq!(
+            crate::proto::header(&h.headers, "host"),
+            Some(&b"example.com"[..])
+        );
         let (h, _) = parse_ok(b"GET http://example.com HTTP/1.1\r\nHost: a\r\n\r\n");
         assert_eq!(h.path, "/");
+        let (h, _) = parse_ok(b"GET http://example.com:81/ HTTP/1.0\r\n\r\n");
+        assert_eq!(
+            crate::proto::header(&h.headers, "host"),
+            Some(&b"example.com:81"[..])
+        );
         let (h, _) = parse_ok(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n");
         assert_eq!(h.path, "*");
     }

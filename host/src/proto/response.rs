@@ -26,12 +26,27 @@ pub struct RequestMeta<'a> {
 /// Why a plugin's response cannot be sent as it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EncodeError {
-    #[error("status {0} is not a final status code (200-999, or 100-199 only for the host)")]
+    #[error("status {0} is not a final status code (200-599; 1xx are the host's)")]
     Status(u16),
     #[error("header name {0:?} is not a valid token")]
     HeaderName(String),
-    #[error("the value of header {0:?} contains CR, LF or NUL")]
+    #[error("the value of header {0:?} contains a control character")]
     HeaderValue(String),
+}
+
+/// Checks header fields a plugin wants sent: each name a token, each value free of control
+/// characters other than horizontal tab (RFC 9110 §5.1, §5.5). The one rule for every
+/// response a plugin writes, the `101` of a WebSocket upgrade included.
+pub fn check_headers(headers: &[Header]) -> Result<(), EncodeError> {
+    for (name, value) in headers {
+        if name.is_empty() || !name.bytes().all(is_token_byte) {
+            return Err(EncodeError::HeaderName(name.clone()));
+        }
+        if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+            return Err(EncodeError::HeaderValue(name.clone()));
+        }
+    }
+    Ok(())
 }
 
 /// Headers the host writes itself; a plugin's copies are dropped.
@@ -52,25 +67,21 @@ pub fn encode(
     req: &RequestMeta<'_>,
     out: &mut Vec<u8>,
 ) -> Result<bool, EncodeError> {
-    if !(200..=999).contains(&status) {
+    if !(200..=599).contains(&status) {
         return Err(EncodeError::Status(status));
     }
-    for (name, value) in headers {
-        if name.is_empty() || !name.bytes().all(is_token_byte) {
-            return Err(EncodeError::HeaderName(name.clone()));
-        }
-        if value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0) {
-            return Err(EncodeError::HeaderValue(name.clone()));
-        }
-    }
+    check_headers(headers)?;
     let plugin_closes = header(headers, "connection").is_some_and(|v| has_token(v, "close"));
     let keep_alive = req.keep_alive && !plugin_closes;
+    // 204 and 304 have no body and no length; 205 has no body, and says so with a length of
+    // zero (RFC 9110 §15.3.5, §15.3.6, §15.4.5).
     let bodiless = status == 204 || status == 304;
+    let empty = bodiless || status == 205;
 
     // Content coding: only for a body we may change, of a type worth it.
     let mut coded: Option<(Coding, Vec<u8>)> = None;
     let mut vary = false;
-    if !bodiless
+    if !empty
         && header(headers, "content-encoding").is_none()
         && encoding::compressible(header(headers, "content-type"), body.len())
     {
@@ -84,7 +95,7 @@ pub fn encode(
     }
     let payload: &[u8] = match &coded {
         Some((_, bytes)) => bytes,
-        None if bodiless => &[],
+        None if empty => &[],
         None => body,
     };
 
@@ -130,8 +141,9 @@ pub fn encode(
     Ok(keep_alive)
 }
 
-/// Appends a small plain-text response the host writes itself (an error, 404, 503...).
-/// `extra` headers are trusted. Returns whether the connection stays open afterwards.
+/// Appends a small plain-text response the host writes itself (an error, 404, 503...), or
+/// one without a body when `message` is empty. `extra` headers are trusted. Returns whether
+/// the connection stays open afterwards.
 pub fn encode_simple(
     status: u16,
     extra: &[(&str, &str)],
@@ -142,19 +154,27 @@ pub fn encode_simple(
     status_line(status, out);
     out.extend_from_slice(b"date: ");
     date::append_now(out);
-    out.extend_from_slice(b"\r\ncontent-type: text/plain; charset=utf-8\r\n");
+    out.extend_from_slice(b"\r\n");
+    if !message.is_empty() {
+        out.extend_from_slice(b"content-type: text/plain; charset=utf-8\r\n");
+    }
     for (name, value) in extra {
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    let body_len = if message.is_empty() {
+        0
+    } else {
+        message.len() + 1
+    };
     out.extend_from_slice(b"content-length: ");
-    out.extend_from_slice(itoa::Buffer::new().format(message.len() + 1).as_bytes());
+    out.extend_from_slice(itoa::Buffer::new().format(body_len).as_bytes());
     out.extend_from_slice(b"\r\n");
     connection_header(req.version, req.keep_alive, out);
     out.extend_from_slice(b"\r\n");
-    if !req.head {
+    if !req.head && !message.is_empty() {
         out.extend_from_slice(message.as_bytes());
         out.push(b'\n');
     }
@@ -304,6 +324,31 @@ mod tests {
         assert!(encode(200, &bad, b"", &GET, &mut out).is_err());
         assert!(encode(200, &[h("Bad Name", "x")], b"", &GET, &mut out).is_err());
         assert!(encode(101, &[], b"", &GET, &mut out).is_err());
+        for control in ["a\x01b", "a\x1fb", "a\x7fb", "a\0b"] {
+            let e = encode(200, &[h("X-A", control)], b"", &GET, &mut out);
+            assert_eq!(
+                e,
+                Err(EncodeError::HeaderValue("X-A".into())),
+                "{control:?}"
+            );
+        }
+        assert!(encode(200, &[h("X-A", "tab\tis fine")], b"", &GET, &mut out).is_ok());
+        for name in ["X(A)", "X/A", "X@A", "X\"A"] {
+            assert!(encode(200, &[h(name, "v")], b"", &GET, &mut out).is_err());
+        }
+        for status in [600, 999, 199] {
+            assert_eq!(
+                encode(status, &[], b"", &GET, &mut out),
+                Err(EncodeError::Status(status))
+            );
+        }
+    }
+
+    #[test]
+    fn reset_content_has_no_body_and_a_zero_length() {
+        let t = text(205, &[], b"not allowed", GET);
+        assert!(t.contains("content-length: 0\r\n"), "{t}");
+        assert!(t.ends_with("\r\n\r\n"), "{t}");
     }
 
     #[test]

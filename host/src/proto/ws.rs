@@ -4,29 +4,43 @@
 
 use base64::Engine;
 
-use super::{Header, has_token, header};
+use super::{Header, Version, has_token, header};
 
 /// Why a request cannot be upgraded, with the status that answers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub status: u16,
     pub message: &'static str,
-    /// `Sec-WebSocket-Version: 13` must accompany a 426.
-    pub needs_version_header: bool,
 }
 
 fn refuse(status: u16, message: &'static str) -> Refusal {
-    Refusal {
-        status,
-        message,
-        needs_version_header: status == 426,
+    Refusal { status, message }
+}
+
+impl Refusal {
+    /// The headers that must go with the answer: a 426 names the protocol and the version
+    /// the client must upgrade to (RFC 9110 §15.5.22, RFC 6455 §4.4).
+    pub fn headers(&self) -> &'static [(&'static str, &'static str)] {
+        if self.status == 426 {
+            &[
+                ("upgrade", "websocket"),
+                ("connection", "upgrade"),
+                ("sec-websocket-version", "13"),
+            ]
+        } else {
+            &[]
+        }
     }
 }
 
 /// Checks a WebSocket upgrade request and returns the `Sec-WebSocket-Accept` value.
-pub fn accept_key(method: &str, headers: &[Header]) -> Result<String, Refusal> {
+pub fn accept_key(method: &str, version: Version, headers: &[Header]) -> Result<String, Refusal> {
     if method != "GET" {
         return Err(refuse(400, "a WebSocket upgrade must use GET"));
+    }
+    if version == Version::Http10 {
+        // RFC 6455 §4.1: the opening handshake is an HTTP/1.1 (or later) request.
+        return Err(refuse(400, "a WebSocket upgrade needs HTTP/1.1"));
     }
     let connection_upgrade = headers
         .iter()
@@ -132,27 +146,37 @@ mod tests {
     #[test]
     fn accepts_the_rfc_example() {
         assert_eq!(
-            accept_key("GET", &h(GOOD)).unwrap(),
+            accept_key("GET", Version::Http11, &h(GOOD)).unwrap(),
             "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
         );
     }
 
     #[test]
     fn refusals() {
-        assert_eq!(accept_key("POST", &h(GOOD)).unwrap_err().status, 400);
+        let accept =
+            |method: &str, headers: &[Header]| accept_key(method, Version::Http11, headers);
+        assert_eq!(accept("POST", &h(GOOD)).unwrap_err().status, 400);
+        assert_eq!(
+            accept_key("GET", Version::Http10, &h(GOOD))
+                .unwrap_err()
+                .status,
+            400
+        );
         let mut v = h(GOOD);
         v[3].1 = b"8".to_vec();
-        let r = accept_key("GET", &v).unwrap_err();
-        assert_eq!((r.status, r.needs_version_header), (426, true));
+        let r = accept("GET", &v).unwrap_err();
+        assert_eq!(r.status, 426);
+        assert!(r.headers().contains(&("upgrade", "websocket")));
+        assert!(r.headers().contains(&("sec-websocket-version", "13")));
         let mut v = h(GOOD);
         v[4].1 = b"c2hvcnQ=".to_vec();
-        assert_eq!(accept_key("GET", &v).unwrap_err().status, 400);
+        assert_eq!(accept("GET", &v).unwrap_err().status, 400);
         let mut v = h(GOOD);
         v[1].1 = b"keep-alive".to_vec();
-        assert_eq!(accept_key("GET", &v).unwrap_err().status, 400);
+        assert_eq!(accept("GET", &v).unwrap_err().status, 400);
         let mut v = h(GOOD);
         v[2].1 = b"h2c".to_vec();
-        assert_eq!(accept_key("GET", &v).unwrap_err().status, 400);
+        assert_eq!(accept("GET", &v).unwrap_err().status, 400);
     }
 
     #[test]

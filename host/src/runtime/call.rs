@@ -172,7 +172,7 @@ impl CallContext {
         body: &[u8],
     ) -> Result<(), AlreadyResponded> {
         if self.responded {
-            tracing::warn!(
+            crate::warn_limited!(
                 plugin = %self.plugin,
                 request = %format_args!("{:016x}", self.request_id),
                 status,
@@ -186,7 +186,7 @@ impl CallContext {
         let keep_alive = match response::encode(status, headers, body, &meta, &mut out) {
             Ok(keep_alive) => keep_alive,
             Err(e) => {
-                tracing::error!(
+                crate::error_limited!(
                     plugin = %self.plugin,
                     request = %format_args!("{:016x}", self.request_id),
                     "invalid response from plugin: {e}"
@@ -198,6 +198,16 @@ impl CallContext {
         };
         self.send(out, keep_alive, status);
         Ok(())
+    }
+
+    /// Ends a request nobody is waiting for (its client disconnected): logged with `status`,
+    /// nothing sent.
+    pub fn abandon(&mut self, status: u16) {
+        if !self.responded {
+            self.responded = true;
+            self.access
+                .log(status, 0, &self.plugin, Some(self.request_id));
+        }
     }
 
     /// Sends a response written by the host (an error), unless one was sent already.

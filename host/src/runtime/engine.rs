@@ -28,6 +28,10 @@ pub struct RuntimeConfig {
     pub memory_bytes: usize,
     /// The CPU time one call may use.
     pub cpu_deadline: Duration,
+    /// The wall-clock time one call may take (plugins may change it).
+    pub handler_timeout: Duration,
+    /// The bytes one plugin's key-value store may hold (plugins may change it).
+    pub kv_max_bytes: usize,
     /// The largest request body (plugins may lower it).
     pub max_body_bytes: u64,
     /// Use the pooling instance allocator (falls back to on-demand if it cannot be set up).
@@ -49,6 +53,8 @@ pub struct Runtime {
     pub cache: Option<Cache>,
     /// Counters for `/metrics`.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Held while a plugin compiles (see [`super::plugin::Plugin::compile`]).
+    pub compile_lock: std::sync::Mutex<()>,
     _ticker: EpochTicker,
 }
 
@@ -98,6 +104,7 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         super::timer::add_to_linker(&mut linker)?;
+        super::waits::add_to_linker(&mut linker)?;
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
         let ticker = EpochTicker::start(engine.clone(), EPOCH_TICK);
         Ok(Arc::new(Runtime {
@@ -108,6 +115,7 @@ impl Runtime {
             pooling,
             cache,
             metrics: Arc::default(),
+            compile_lock: std::sync::Mutex::new(()),
             _ticker: ticker,
         }))
     }

@@ -7,13 +7,16 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use wasmtime::component::ResourceTableError;
 use wasmtime::{Store, Trap};
 
 use super::bindings::{self, types};
 use super::call::CallContext;
 use super::plugin::Plugin;
 use super::state::{HostState, WsLink};
+use super::watch::{Cancel, Stop, Stopped};
 use crate::job::{WsEvent, WsId, WsMessage};
+use crate::limits::GUEST_TABLE_ENTRIES;
 
 /// One instance of one plugin version.
 pub struct Instance {
@@ -24,15 +27,28 @@ pub struct Instance {
     pub calls: u64,
 }
 
-/// Why a call failed. Each maps to one status code.
+/// Why a call failed. Each maps to one status code, and says what happened in one line: the
+/// body of the error page is this, the wasm backtrace goes to the log only.
 #[derive(Debug, thiserror::Error)]
 pub enum InvokeError {
     /// The call used more CPU time than its deadline allows.
     #[error("exceeded its CPU deadline of {0:?}")]
     Deadline(std::time::Duration),
+    /// The call ran past its wall-clock deadline, waits included.
+    #[error("exceeded its handler timeout of {0:?}")]
+    TimedOut(std::time::Duration),
+    /// The client disconnected; nobody is waiting for the answer.
+    #[error("was cancelled: the client disconnected")]
+    Cancelled,
     /// The instance tried to grow its memory past the cap.
     #[error("exceeded its memory cap of {0} bytes")]
     Memory(usize),
+    /// The instance held as many resources (streams, pollables...) as its table allows.
+    #[error("ran out of resource table entries (limit {0})")]
+    TableFull(usize),
+    /// The guest called `exit`.
+    #[error("exited with status {0}")]
+    Exit(i32),
     /// The guest trapped (a panic, `unreachable`, a stack overflow, an out-of-bounds access).
     #[error("trapped: {0}")]
     Trap(String),
@@ -41,8 +57,13 @@ pub enum InvokeError {
 impl InvokeError {
     pub fn status(&self) -> u16 {
         match self {
-            InvokeError::Deadline(_) => 504,
-            InvokeError::Memory(_) | InvokeError::Trap(_) => 500,
+            InvokeError::Deadline(_) | InvokeError::TimedOut(_) => 504,
+            // nginx's "client closed request": logged, never sent (there is no client).
+            InvokeError::Cancelled => 499,
+            InvokeError::Memory(_)
+            | InvokeError::TableFull(_)
+            | InvokeError::Exit(_)
+            | InvokeError::Trap(_) => 500,
         }
     }
 }
@@ -65,7 +86,7 @@ impl Drop for Instance {
 }
 
 impl Instance {
-    pub fn new(plugin: Arc<Plugin>, ws: WsLink) -> wasmtime::Result<Instance> {
+    pub fn new(plugin: Arc<Plugin>, ws: WsLink) -> Result<Instance, Failure> {
         let (store, bindings) = plugin.new_store_and_instantiate(Some(ws))?;
         plugin
             .metrics
@@ -85,8 +106,9 @@ impl Instance {
         &mut self,
         request: &types::Request,
         call: CallContext,
+        cancel: Cancel,
     ) -> (Result<types::Outcome, Failure>, CallContext) {
-        self.arm();
+        self.arm(Some(cancel));
         let data = self.store.data_mut();
         data.tags.request.store(call.request_id, Ordering::Relaxed);
         data.call = Some(call);
@@ -105,7 +127,7 @@ impl Instance {
 
     /// Delivers the open event of WebSocket `ws`, with the request that asked for it.
     pub fn on_open(&mut self, ws: WsId, request: &types::Request) -> Result<(), Failure> {
-        self.arm();
+        self.arm(None);
         let result = self.bindings.ankh_plugin_websocket_handler().call_on_open(
             &mut self.store,
             ws,
@@ -116,7 +138,7 @@ impl Instance {
 
     /// Delivers a message or the close of WebSocket `ws`.
     pub fn on_event(&mut self, ws: WsId, event: WsEvent) -> Result<(), Failure> {
-        self.arm();
+        self.arm(None);
         let handler = self.bindings.ankh_plugin_websocket_handler();
         let result = match event {
             WsEvent::Message(message) => {
@@ -143,33 +165,58 @@ impl Instance {
         result.map_err(|e| self.classify(e))
     }
 
-    /// A fresh CPU budget for the next call.
-    fn arm(&mut self) {
+    /// A fresh CPU budget and wall-clock deadline for the next call.
+    fn arm(&mut self, cancel: Option<Cancel>) {
         self.calls += 1;
-        self.store.data_mut().budget.reset();
+        let data = self.store.data_mut();
+        data.budget.reset();
+        data.watch.arm(cancel);
         self.store.set_epoch_deadline(1);
     }
 
     fn classify(&self, e: wasmtime::Error) -> Failure {
-        let data = self.store.data();
-        // The guest's own frames (symbolized from the name section) when there are any; the
-        // reason itself goes in the headline, and the host's frames would only be noise.
-        let report = match e.downcast_ref::<wasmtime::WasmBacktrace>() {
-            Some(trace) => trace.to_string(),
-            None => format!("{e:#}"),
-        };
-        let error =
-            if data.budget.exceeded || matches!(e.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
-                InvokeError::Deadline(data.budget.deadline)
-            } else if data.memory.hit {
-                InvokeError::Memory(data.memory.limit_bytes)
-            } else {
-                let reason = match e.downcast_ref::<Trap>() {
-                    Some(trap) => trap.to_string(),
-                    None => e.to_string(),
-                };
-                InvokeError::Trap(reason)
-            };
-        Failure { error, report }
+        classify(self.store.data(), e)
     }
+}
+
+/// What a failed call (or instantiation) of a store comes to.
+pub(crate) fn classify(data: &HostState, e: wasmtime::Error) -> Failure {
+    // The guest's own frames (symbolized from the name section) when there are any; the
+    // reason itself goes in the headline, and the host's frames would only be noise.
+    let report = match e.downcast_ref::<wasmtime::WasmBacktrace>() {
+        Some(trace) => trace.to_string(),
+        None => format!("{e:#}"),
+    };
+    let stopped = data
+        .watch
+        .stopped_by()
+        .or_else(|| e.downcast_ref::<Stopped>().map(|s| s.0));
+    let error = if data.budget.exceeded {
+        InvokeError::Deadline(data.budget.deadline)
+    } else if let Some(stop) = stopped {
+        match stop {
+            Stop::TimedOut(limit) => InvokeError::TimedOut(limit),
+            Stop::Cancelled => InvokeError::Cancelled,
+        }
+    } else if matches!(e.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
+        InvokeError::Deadline(data.budget.deadline)
+    } else if data.memory.hit {
+        InvokeError::Memory(data.memory.limit_bytes)
+    } else if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        InvokeError::Exit(exit.0)
+    } else if matches!(
+        e.downcast_ref::<ResourceTableError>(),
+        Some(ResourceTableError::Full)
+    ) {
+        InvokeError::TableFull(GUEST_TABLE_ENTRIES)
+    } else {
+        let reason = match e.downcast_ref::<Trap>() {
+            Some(trap) => trap.to_string(),
+            // The outermost layer of an error is often the backtrace; the cause is the root.
+            None => e.root_cause().to_string(),
+        };
+        let first_line = reason.lines().next().unwrap_or_default().to_owned();
+        InvokeError::Trap(first_line)
+    };
+    Failure { error, report }
 }

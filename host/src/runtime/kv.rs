@@ -2,6 +2,10 @@
 //!
 //! In memory for now: contents are lost when the host stops. Keys are kept sorted so that
 //! `list-keys` by prefix is a range scan.
+//!
+//! Every namespace is bounded three ways: the size of a key, the size of a value, and the total
+//! bytes (keys plus values) it holds, which the plugin's policy sets (`kv_max_bytes`). The host
+//! memory a plugin can fill through this store is therefore its quota, not the machine.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,7 +22,31 @@ pub struct KvStore {
 /// One plugin's keys.
 #[derive(Debug, Default)]
 pub struct Namespace {
-    map: Mutex<BTreeMap<String, Vec<u8>>>,
+    map: Mutex<Entries>,
+}
+
+#[derive(Debug, Default)]
+struct Entries {
+    map: BTreeMap<String, Vec<u8>>,
+    /// Key plus value bytes of every entry.
+    bytes: usize,
+}
+
+impl Entries {
+    /// Stores `value` at `key` if the namespace stays within `max_bytes` and [`KV_MAX_KEYS`].
+    fn put(&mut self, key: String, value: Vec<u8>, max_bytes: usize) -> Result<(), KvError> {
+        let old = self.map.get(&key).map(|v| key.len() + v.len());
+        if old.is_none() && self.map.len() >= KV_MAX_KEYS {
+            return Err(KvError::Full);
+        }
+        let next = self.bytes - old.unwrap_or(0) + key.len() + value.len();
+        if next > max_bytes && next > self.bytes {
+            return Err(KvError::Full);
+        }
+        self.bytes = next;
+        self.map.insert(key, value);
+        Ok(())
+    }
 }
 
 impl KvStore {
@@ -33,44 +61,54 @@ impl KvStore {
 }
 
 impl Namespace {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<u8>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub fn get(&self, key: &str) -> Option<Vec<u8>> {
-        self.lock().get(key).cloned()
+        self.lock().map.get(key).cloned()
     }
 
-    pub fn set(&self, key: String, value: Vec<u8>) -> Result<(), KvError> {
+    /// Stores `value` at `key`. `max_bytes` is the plugin's quota: a write that would take the
+    /// namespace past it is refused with `full` (one that shrinks it is always allowed).
+    pub fn set(&self, key: String, value: Vec<u8>, max_bytes: usize) -> Result<(), KvError> {
         if key.len() > KV_MAX_KEY_BYTES || value.len() > KV_MAX_VALUE_BYTES {
             return Err(KvError::TooLarge);
         }
-        let mut map = self.lock();
-        if map.len() >= KV_MAX_KEYS && !map.contains_key(&key) {
-            return Err(KvError::Full);
-        }
-        map.insert(key, value);
-        Ok(())
+        self.lock().put(key, value, max_bytes)
     }
 
     pub fn delete(&self, key: &str) -> bool {
-        self.lock().remove(key).is_some()
+        let mut entries = self.lock();
+        match entries.map.remove_entry(key) {
+            Some((k, v)) => {
+                entries.bytes -= k.len() + v.len();
+                true
+            }
+            None => false,
+        }
     }
 
     pub fn list_keys(&self, prefix: &str) -> Vec<String> {
         self.lock()
+            .map
             .range(prefix.to_owned()..)
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, _)| k.clone())
             .collect()
     }
 
-    pub fn increment(&self, key: String, delta: i64) -> Result<i64, KvError> {
+    /// Key plus value bytes held.
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    pub fn increment(&self, key: String, delta: i64, max_bytes: usize) -> Result<i64, KvError> {
         if key.len() > KV_MAX_KEY_BYTES {
             return Err(KvError::TooLarge);
         }
-        let mut map = self.lock();
-        let current = match map.get(&key) {
+        let mut entries = self.lock();
+        let current = match entries.map.get(&key) {
             None => 0,
             Some(bytes) => std::str::from_utf8(bytes)
                 .ok()
@@ -78,10 +116,7 @@ impl Namespace {
                 .ok_or(KvError::NotANumber)?,
         };
         let next = current.checked_add(delta).ok_or(KvError::Overflow)?;
-        if map.len() >= KV_MAX_KEYS && !map.contains_key(&key) {
-            return Err(KvError::Full);
-        }
-        map.insert(key, next.to_string().into_bytes());
+        entries.put(key, next.to_string().into_bytes(), max_bytes)?;
         Ok(next)
     }
 }
@@ -93,7 +128,10 @@ mod tests {
     #[test]
     fn namespaces_are_separate_and_shared_by_name() {
         let store = KvStore::default();
-        store.namespace("a").set("k".into(), b"1".to_vec()).unwrap();
+        store
+            .namespace("a")
+            .set("k".into(), b"1".to_vec(), usize::MAX)
+            .unwrap();
         assert_eq!(store.namespace("a").get("k"), Some(b"1".to_vec()));
         assert_eq!(store.namespace("b").get("k"), None);
     }
@@ -101,28 +139,51 @@ mod tests {
     #[test]
     fn increment_and_prefix_listing() {
         let ns = Namespace::default();
-        assert!(matches!(ns.increment("n".into(), 5), Ok(5)));
-        assert!(matches!(ns.increment("n".into(), -7), Ok(-2)));
-        ns.set("x".into(), b"abc".to_vec()).unwrap();
+        let max = usize::MAX;
+        assert!(matches!(ns.increment("n".into(), 5, max), Ok(5)));
+        assert!(matches!(ns.increment("n".into(), -7, max), Ok(-2)));
+        ns.set("x".into(), b"abc".to_vec(), max).unwrap();
         assert!(matches!(
-            ns.increment("x".into(), 1),
+            ns.increment("x".into(), 1, max),
             Err(KvError::NotANumber)
         ));
-        ns.set("big".into(), i64::MAX.to_string().into_bytes())
+        ns.set("big".into(), i64::MAX.to_string().into_bytes(), max)
             .unwrap();
         assert!(matches!(
-            ns.increment("big".into(), 1),
+            ns.increment("big".into(), 1, max),
             Err(KvError::Overflow)
         ));
-        ns.set("item/2".into(), vec![]).unwrap();
-        ns.set("item/1".into(), vec![]).unwrap();
-        ns.set("iten".into(), vec![]).unwrap();
+        ns.set("item/2".into(), vec![], max).unwrap();
+        ns.set("item/1".into(), vec![], max).unwrap();
+        ns.set("iten".into(), vec![], max).unwrap();
         assert_eq!(ns.list_keys("item/"), vec!["item/1", "item/2"]);
         assert!(ns.delete("item/1"));
         assert!(!ns.delete("item/1"));
         assert!(matches!(
-            ns.set("k".repeat(2000), vec![]),
+            ns.set("k".repeat(2000), vec![], max),
             Err(KvError::TooLarge)
+        ));
+    }
+
+    #[test]
+    fn the_byte_quota_counts_keys_and_values_and_frees_on_delete() {
+        let ns = Namespace::default();
+        ns.set("a".into(), vec![0; 99], 200).unwrap();
+        assert_eq!(ns.bytes(), 100);
+        ns.set("b".into(), vec![0; 99], 200).unwrap();
+        assert!(matches!(
+            ns.set("c".into(), vec![0; 1], 200),
+            Err(KvError::Full)
+        ));
+        // Replacing a value with a smaller one is always allowed, and counted.
+        ns.set("a".into(), vec![0; 9], 200).unwrap();
+        assert_eq!(ns.bytes(), 110);
+        assert!(ns.delete("b"));
+        assert_eq!(ns.bytes(), 10);
+        ns.set("c".into(), vec![0; 150], 200).unwrap();
+        assert!(matches!(
+            ns.increment("n".into(), 1, 162),
+            Err(KvError::Full)
         ));
     }
 }

@@ -11,10 +11,14 @@
 //! - [`call`]: the request a call is answering, and sending its response;
 //! - [`kv`]: the key-value store shared by all instances of a plugin;
 //! - [`stdio`]: plugin stdout/stderr, captured into the host's log;
-//! - [`timer`]: precise guest sleeps (replaces WASI's millisecond-rounded monotonic-clock timer).
+//! - [`timer`]: precise guest sleeps (replaces WASI's millisecond-rounded monotonic-clock timer);
+//! - [`watch`]: a call's wall-clock deadline and its cancellation when the client leaves;
+//! - [`waits`]: every blocking wait of a guest, bounded by its call's watch;
+//! - [`clocks`]: the clocks plugins read, coarsened by default.
 
 pub mod bindings;
 pub mod call;
+pub mod clocks;
 pub mod engine;
 pub mod instance;
 pub mod kv;
@@ -24,3 +28,5 @@ pub mod registry;
 pub mod state;
 pub mod stdio;
 pub mod timer;
+pub mod waits;
+pub mod watch;

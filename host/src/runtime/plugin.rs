@@ -95,16 +95,26 @@ impl Plugin {
     /// Compiles `path`, links it against the host's imports, checks that it exports the
     /// `plugin` world, and instantiates it once to prove that it starts.
     pub fn load(runtime: &Runtime, name: &str, path: &Path) -> Result<Plugin, LoadError> {
+        let mut plugin = Plugin::compile(runtime, name, path)?;
+        plugin.start()?;
+        Ok(plugin)
+    }
+
+    /// Reads the policy, compiles `path` and links it: host work, bounded by the file's size.
+    /// Compilations run one at a time (wasmtime spreads each over every core), which also
+    /// keeps the cache-hit count of each exact.
+    pub fn compile(runtime: &Runtime, name: &str, path: &Path) -> Result<Plugin, LoadError> {
         let started = Instant::now();
         let server = Limits {
             guest_cpu_deadline: runtime.config.cpu_deadline,
             guest_memory_bytes: runtime.config.memory_bytes,
+            handler_timeout: runtime.config.handler_timeout,
+            kv_max_bytes: runtime.config.kv_max_bytes,
             max_body_bytes: runtime.config.max_body_bytes,
             ..Limits::default()
         };
         let policy =
             Policy::for_plugin(path, name, &server).map_err(|e| LoadError::Policy(e.message))?;
-        let hits_before = runtime.cache_hits();
         let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
             path: path.to_owned(),
             source,
@@ -123,11 +133,19 @@ impl Plugin {
                 });
             }
         }
-        let component =
-            Component::new(&runtime.engine, &bytes).map_err(|e| LoadError::Compile {
-                path: path.to_owned(),
-                reason: format!("{e:#}"),
-            })?;
+        let (component, cached) = {
+            let _one_at_a_time = runtime
+                .compile_lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let hits_before = runtime.cache_hits();
+            let component =
+                Component::new(&runtime.engine, &bytes).map_err(|e| LoadError::Compile {
+                    path: path.to_owned(),
+                    reason: format!("{e:#}"),
+                })?;
+            (component, runtime.cache_hits() > hits_before)
+        };
         let world_error = |e: wasmtime::Error| LoadError::World {
             path: path.to_owned(),
             reason: format!("{e:#}"),
@@ -138,7 +156,7 @@ impl Plugin {
             .map_err(world_error)?;
         let pre = PluginPre::new(instance_pre).map_err(world_error)?;
         let name: Arc<str> = Arc::from(name);
-        let plugin = Plugin {
+        Ok(Plugin {
             kv: runtime.kv.namespace(&name),
             metrics: runtime.metrics.plugin(&name),
             name,
@@ -148,22 +166,25 @@ impl Plugin {
             cpu_deadline: policy.cpu_deadline,
             policy,
             in_flight: Arc::default(),
-            load_time: Duration::ZERO,
-            cached: runtime.cache_hits() > hits_before,
-            digest: version_digest(path, &bytes),
-        };
-        // A start function that traps, or a memory larger than the cap, shows up here rather
-        // than on the first request.
-        plugin
-            .new_store_and_instantiate(None)
-            .map_err(|e| LoadError::Instantiate {
-                path: path.to_owned(),
-                reason: format!("{e:#}"),
-            })?;
-        Ok(Plugin {
             load_time: started.elapsed(),
-            ..plugin
+            cached,
+            digest: version_digest(path, &bytes),
         })
+    }
+
+    /// Instantiates the plugin once, to prove that it starts: a start function that traps,
+    /// sleeps past the handler timeout or spins past the CPU deadline, or a memory larger
+    /// than the cap, shows up here rather than on the first request. Runs guest code, so it
+    /// runs under a call's limits.
+    pub fn start(&mut self) -> Result<(), LoadError> {
+        let started = Instant::now();
+        self.new_store_and_instantiate(None)
+            .map_err(|failure| LoadError::Instantiate {
+                path: self.path.clone(),
+                reason: failure.error.to_string(),
+            })?;
+        self.load_time += started.elapsed();
+        Ok(())
     }
 
     /// Takes one of the plugin's concurrency slots, or `None` when all are in use.
@@ -192,8 +213,12 @@ impl Plugin {
         );
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|s| &mut s.memory);
+        // Every tick that finds the guest running: charge its CPU time, and stop it if its
+        // call ran out of CPU or of wall-clock time, or its client left.
         store.epoch_deadline_callback(|mut ctx| {
-            if ctx.data_mut().budget.tick(crate::limits::EPOCH_TICK) {
+            let state = ctx.data_mut();
+            let within_budget = state.budget.tick(crate::limits::EPOCH_TICK);
+            if within_budget && state.watch.check(std::time::Instant::now()).is_none() {
                 Ok(wasmtime::UpdateDeadline::Continue(1))
             } else {
                 Ok(wasmtime::UpdateDeadline::Interrupt)
@@ -202,14 +227,19 @@ impl Plugin {
         store
     }
 
+    /// A store with a fresh instance of this plugin. Instantiating runs the guest's start
+    /// code, so it gets a call's limits: the CPU deadline and the handler timeout.
     pub(crate) fn new_store_and_instantiate(
         &self,
         ws: Option<WsLink>,
-    ) -> wasmtime::Result<(Store<HostState>, super::bindings::Plugin)> {
+    ) -> Result<(Store<HostState>, super::bindings::Plugin), super::instance::Failure> {
         let mut store = self.new_store(ws);
         store.set_epoch_deadline(1);
         store.data_mut().budget.reset();
-        let bindings = self.pre.instantiate(&mut store)?;
-        Ok((store, bindings))
+        store.data_mut().watch.arm(None);
+        match self.pre.instantiate(&mut store) {
+            Ok(bindings) => Ok((store, bindings)),
+            Err(e) => Err(super::instance::classify(store.data(), e)),
+        }
     }
 }

@@ -5,14 +5,17 @@
 //!
 //! [limits]
 //! cpu_deadline_ms = 500               # per request or event
+//! handler_timeout_ms = 10000          # wall-clock time per request or event, waits included
 //! memory_limit_mib = 32               # at most the server's --memory-limit-mib
+//! kv_max_bytes = 16777216             # keys plus values in this plugin's key-value store
 //! max_concurrency = 8                 # calls in flight at once; past it: 503
 //! max_body_bytes = 1048576            # past it: 413 before the body is read
 //!
 //! [capabilities]                      # all off by default
 //! env = ["LANG", "GREETING=hello"]    # pass a host variable, or set one
-//! dirs = [{ host = "data", guest = "/data", writable = false }]  # host: relative to the plugins dir
+//! dirs = [{ host = "data", guest = "/data", writable = false }]  # host: inside the plugins dir
 //! network = ["127.0.0.1:5432"]        # outbound TCP allowed to exactly these addresses
+//! precise_clocks = true               # clocks at full resolution (default: 100 µs steps)
 //!
 //! [instances]
 //! mode = "reuse"                      # or "fresh": a new instance for every request
@@ -37,7 +40,11 @@ pub struct Policy {
     /// Mount prefixes (`""` for the fallback).
     pub routes: Vec<String>,
     pub cpu_deadline: Duration,
+    /// Wall-clock time per call, waits included.
+    pub handler_timeout: Duration,
     pub memory_bytes: usize,
+    /// Bytes (keys plus values) the plugin's key-value namespace may hold.
+    pub kv_max_bytes: usize,
     /// Calls in flight at once, if limited.
     pub max_concurrency: Option<usize>,
     pub max_body_bytes: u64,
@@ -46,6 +53,8 @@ pub struct Policy {
     pub dirs: Vec<Preopen>,
     /// Outbound TCP destinations allowed.
     pub network: Vec<SocketAddr>,
+    /// Clocks at full resolution instead of [`crate::limits::GUEST_CLOCK_RESOLUTION`] steps.
+    pub precise_clocks: bool,
     /// A fresh instance for every call.
     pub fresh_instances: bool,
     /// Replace a reused instance after this many calls.
@@ -85,7 +94,9 @@ struct File {
 #[serde(deny_unknown_fields)]
 struct FileLimits {
     cpu_deadline_ms: Option<Spanned<u64>>,
+    handler_timeout_ms: Option<Spanned<u64>>,
     memory_limit_mib: Option<Spanned<u64>>,
+    kv_max_bytes: Option<Spanned<u64>>,
     max_concurrency: Option<Spanned<u64>>,
     max_body_bytes: Option<Spanned<u64>>,
 }
@@ -99,6 +110,7 @@ struct FileCapabilities {
     dirs: Vec<Spanned<FileDir>>,
     #[serde(default)]
     network: Vec<Spanned<String>>,
+    precise_clocks: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -108,6 +120,9 @@ struct FileDir {
     guest: String,
     #[serde(default)]
     writable: bool,
+    /// A host path outside the plugins directory must say so.
+    #[serde(default)]
+    allow_outside: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -123,12 +138,15 @@ impl Policy {
         Policy {
             routes: vec![super::registry::prefix_for(name).to_string()],
             cpu_deadline: limits.guest_cpu_deadline,
+            handler_timeout: limits.handler_timeout,
             memory_bytes: limits.guest_memory_bytes,
+            kv_max_bytes: limits.kv_max_bytes,
             max_concurrency: None,
             max_body_bytes: limits.max_body_bytes,
             env: Vec::new(),
             dirs: Vec::new(),
             network: Vec::new(),
+            precise_clocks: false,
             fresh_instances: false,
             recycle_after: None,
             source: None,
@@ -166,15 +184,7 @@ impl Policy {
 
         if let Some(routes) = &file.routes {
             for r in routes.get_ref() {
-                let ok = r.is_empty()
-                    || (r.starts_with('/')
-                        && !r.ends_with('/')
-                        && !r.contains(['?', '#', ' '])
-                        && !r
-                            .split('/')
-                            .skip(1)
-                            .any(|seg| seg.is_empty() || seg == ".."));
-                if !ok {
+                if !valid_route(r) {
                     return Err(bad(
                         routes.span(),
                         "routes",
@@ -194,15 +204,29 @@ impl Policy {
             policy.routes = routes.get_ref().clone();
         }
         let l = &file.limits;
-        if let Some(v) = &l.cpu_deadline_ms {
-            if *v.get_ref() == 0 {
+        // A number within `min..=max`.
+        let within = |v: &Spanned<u64>, key: &str, min: u64, max: u64| {
+            let n = *v.get_ref();
+            if n < min || n > max {
                 return Err(bad(
                     v.span(),
-                    "limits.cpu_deadline_ms",
-                    "must be at least 1".into(),
+                    key,
+                    format!("must be between {min} and {max}, got {n}"),
                 ));
             }
-            policy.cpu_deadline = Duration::from_millis(*v.get_ref());
+            Ok(n)
+        };
+        if let Some(v) = &l.cpu_deadline_ms {
+            let ms = within(v, "limits.cpu_deadline_ms", 1, MAX_DEADLINE_MS)?;
+            policy.cpu_deadline = Duration::from_millis(ms);
+        }
+        if let Some(v) = &l.handler_timeout_ms {
+            let ms = within(v, "limits.handler_timeout_ms", 1, MAX_DEADLINE_MS)?;
+            policy.handler_timeout = Duration::from_millis(ms);
+        }
+        if let Some(v) = &l.kv_max_bytes {
+            let bytes = within(v, "limits.kv_max_bytes", 0, MAX_KV_BYTES)?;
+            policy.kv_max_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
         }
         if let Some(v) = &l.memory_limit_mib {
             let bytes = usize::try_from(v.get_ref().saturating_mul(1 << 20)).unwrap_or(usize::MAX);
@@ -219,17 +243,11 @@ impl Policy {
             policy.memory_bytes = bytes;
         }
         if let Some(v) = &l.max_concurrency {
-            if *v.get_ref() == 0 {
-                return Err(bad(
-                    v.span(),
-                    "limits.max_concurrency",
-                    "must be at least 1".into(),
-                ));
-            }
-            policy.max_concurrency = usize::try_from(*v.get_ref()).ok();
+            let n = within(v, "limits.max_concurrency", 1, MAX_CONCURRENCY)?;
+            policy.max_concurrency = usize::try_from(n).ok();
         }
         if let Some(v) = &l.max_body_bytes {
-            policy.max_body_bytes = *v.get_ref();
+            policy.max_body_bytes = within(v, "limits.max_body_bytes", 0, MAX_BODY_BYTES)?;
         }
         for v in &file.capabilities.env {
             let entry = v.get_ref();
@@ -261,6 +279,16 @@ impl Policy {
                     format!("{} is not a directory", host.display()),
                 ));
             }
+            if !dir.allow_outside && !inside(&host, base) {
+                return Err(bad(
+                    d.span(),
+                    "capabilities.dirs",
+                    format!(
+                        "{} is outside the plugins directory (set allow_outside = true to grant it anyway)",
+                        host.display()
+                    ),
+                ));
+            }
             if !dir.guest.starts_with('/') {
                 return Err(bad(
                     d.span(),
@@ -283,6 +311,9 @@ impl Policy {
                 )
             })?;
             policy.network.push(addr);
+        }
+        if let Some(v) = &file.capabilities.precise_clocks {
+            policy.precise_clocks = *v.get_ref();
         }
         if let Some(mode) = &file.instances.mode {
             policy.fresh_instances = match mode.get_ref().as_str() {
@@ -309,6 +340,45 @@ impl Policy {
         }
         policy.source = Some(path);
         Ok(policy)
+    }
+}
+
+/// Largest `cpu_deadline_ms` and `handler_timeout_ms`: an hour.
+const MAX_DEADLINE_MS: u64 = 3_600_000;
+
+/// Largest `kv_max_bytes`: 1 TiB.
+const MAX_KV_BYTES: u64 = 1 << 40;
+
+/// Largest `max_concurrency`.
+const MAX_CONCURRENCY: u64 = 1_000_000;
+
+/// Largest `max_body_bytes` (the server's own bound applies too).
+const MAX_BODY_BYTES: u64 = 1 << 40;
+
+/// `""` (the fallback), or `/seg/seg` of path characters: no empty, `.` or `..` segment, no
+/// trailing slash, no query or fragment, no whitespace or control character.
+fn valid_route(route: &str) -> bool {
+    if route.is_empty() {
+        return true;
+    }
+    let Some(rest) = route.strip_prefix('/') else {
+        return false;
+    };
+    rest.split('/').all(|seg| {
+        !seg.is_empty()
+            && seg != "."
+            && seg != ".."
+            && seg
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@%".contains(&b))
+    })
+}
+
+/// Whether `path` is `dir` or inside it, after resolving `..` and symbolic links.
+fn inside(path: &Path, dir: &Path) -> bool {
+    match (std::fs::canonicalize(path), std::fs::canonicalize(dir)) {
+        (Ok(path), Ok(dir)) => path.starts_with(dir),
+        _ => false,
     }
 }
 
@@ -345,16 +415,56 @@ mod tests {
     }
 
     #[test]
+    fn a_granted_directory_must_be_inside_the_plugins_directory() {
+        // See: issue 11, item 12.
+        for host in ["/", "../../..", ".."] {
+            let e = policy(&format!(
+                "[capabilities]\ndirs = [{{ host = {host:?}, guest = \"/h\" }}]\n"
+            ))
+            .unwrap_err();
+            assert!(
+                e.contains("p.toml:2: capabilities.dirs")
+                    && e.contains("outside the plugins directory"),
+                "{host}: {e}"
+            );
+        }
+        let p = policy(
+            "[capabilities]\ndirs = [{ host = \"/\", guest = \"/h\", allow_outside = true }]\n",
+        )
+        .unwrap();
+        assert_eq!(p.dirs[0].host, PathBuf::from("/"));
+        let p = policy("[capabilities]\nprecise_clocks = true\n[limits]\nkv_max_bytes = 10\nhandler_timeout_ms = 250\n").unwrap();
+        assert!(p.precise_clocks);
+        assert_eq!(p.kv_max_bytes, 10);
+        assert_eq!(p.handler_timeout, Duration::from_millis(250));
+    }
+
+    #[test]
     fn bad_values_name_file_line_and_key() {
         let e = policy("[limits]\n\ncpu_deadline_ms = 0\n").unwrap_err();
         assert!(
-            e.ends_with("p.toml:3: limits.cpu_deadline_ms: must be at least 1"),
+            e.ends_with("p.toml:3: limits.cpu_deadline_ms: must be between 1 and 3600000, got 0"),
             "{e}"
         );
+        // See: issue 11, item 12: no unbounded numbers.
+        let e = policy("[limits]\ncpu_deadline_ms = 18446744073709551615\n").unwrap_err();
+        assert!(
+            e.contains("p.toml:2: limits.cpu_deadline_ms: must be between"),
+            "{e}"
+        );
+        let e = policy("[limits]\nhandler_timeout_ms = 0\n").unwrap_err();
+        assert!(e.contains("p.toml:2: limits.handler_timeout_ms"), "{e}");
         let e = policy("[limits]\nmemory_limit_mib = 100000\n").unwrap_err();
         assert!(e.contains("p.toml:2: limits.memory_limit_mib"), "{e}");
         let e = policy("routes = [\"api/\"]\n").unwrap_err();
         assert!(e.contains("p.toml:1: routes"), "{e}");
+        for bad in [
+            "/a\u{0}b", "/a\tb", "/a b", "/a/../b", "/a/./b", "/a//b", "/a?b", "/a#b", "/é",
+        ] {
+            let quoted = toml::Value::String(bad.to_owned()).to_string();
+            let e = policy(&format!("routes = [{quoted}]\n")).unwrap_err();
+            assert!(e.contains("p.toml:1: routes"), "{bad:?}: {e}");
+        }
         let e = policy("[instances]\nmode = \"sometimes\"\n").unwrap_err();
         assert!(e.contains("p.toml:2: instances.mode"), "{e}");
         let e = policy("[capabilities]\ndirs = [{ host = \"missing\", guest = \"/m\" }]\n")

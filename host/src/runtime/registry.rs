@@ -4,6 +4,11 @@
 //! serves what no other plugin matches. The longest matching prefix wins. Readers take a
 //! snapshot (an `Arc` of the table); a writer builds a new table and swaps it in, so a request
 //! keeps the version it started with.
+//!
+//! A prefix is held by one plugin at a time: a plugin whose routes claim a prefix another
+//! plugin holds (its policy names `/hello` while `hello` is mounted, or a second fallback) is
+//! refused as a whole, and the holder keeps serving. Which one holds it therefore never
+//! depends on reload order: the first to mount it keeps it until it is unmounted.
 
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -18,6 +23,17 @@ pub struct Mount {
     /// `/NAME`, or `""` for the index plugin.
     pub prefix: Arc<str>,
     pub plugin: Arc<Plugin>,
+}
+
+/// A plugin's route is held by another plugin.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "its route {} is already served by plugin `{holder}`",
+    crate::loader::display_mount(prefix)
+)]
+pub struct Conflict {
+    pub prefix: String,
+    pub holder: Arc<str>,
 }
 
 /// The routing table.
@@ -50,14 +66,22 @@ impl Registry {
     }
 
     /// Mounts `plugin` at the prefixes of its policy (`/NAME` by default), replacing any
-    /// plugin of the same name.
-    pub fn insert(&self, plugin: Arc<Plugin>) {
+    /// plugin of the same name, unless one of those prefixes is held by another plugin.
+    pub fn insert(&self, plugin: Arc<Plugin>) -> Result<(), Conflict> {
         let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
         let mut next: Vec<Mount> = table
             .iter()
             .filter(|m| m.plugin.name != plugin.name)
             .cloned()
             .collect();
+        for route in &plugin.policy.routes {
+            if let Some(held) = next.iter().find(|m| &*m.prefix == route) {
+                return Err(Conflict {
+                    prefix: route.clone(),
+                    holder: held.plugin.name.clone(),
+                });
+            }
+        }
         for route in &plugin.policy.routes {
             next.push(Mount {
                 prefix: Arc::from(route.as_str()),
@@ -72,6 +96,7 @@ impl Registry {
                 .then(a.prefix.cmp(&b.prefix))
         });
         *table = Arc::new(next);
+        Ok(())
     }
 
     /// Unmounts the plugin called `name`. Returns whether it was mounted.

@@ -1,8 +1,12 @@
 //! The data of every plugin `Store`, and the host side of the WIT imports.
 //!
 //! One `HostState` per instance. It carries the WASI context (nothing granted but clocks,
-//! random and captured stdout/stderr), the guest limits (memory cap, CPU budget), the plugin's
-//! key-value namespace, and, during a request, the [`CallContext`] that `http.respond` uses.
+//! random and captured stdout/stderr), the guest limits (memory cap, CPU budget, wall-clock
+//! watch, resource-table cap), the plugin's key-value namespace and quota, and, during a
+//! request, the [`CallContext`] that `http.respond` uses.
+//!
+//! Every import is scoped to the calling plugin: its own key-value namespace, its own
+//! WebSocket connections and its own topics (see [`crate::hub`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,15 +22,18 @@ use super::call::CallContext;
 use super::kv::Namespace;
 use super::policy::Policy;
 use super::stdio::{GuestOutput, LogTags};
+use super::watch::Watch;
 use crate::hub::{Hub, SubscribeError};
-use crate::job::{Reply, ReplyTx, WsMessage};
+use crate::job::{Outbound, Reply, ReplyTx};
+use crate::limits::{GUEST_LOG_MESSAGE_BYTES, GUEST_TABLE_ENTRIES};
 
-/// What the `websocket` import needs: the shared table of connections, and the queue to the
-/// I/O thread that owns them.
+/// What the `websocket` import needs: the shared table of connections, the queue to the I/O
+/// thread that owns them, and the largest message a plugin may send.
 #[derive(Debug, Clone)]
 pub struct WsLink {
     pub hub: Arc<Hub>,
     pub reply: ReplyTx,
+    pub max_message_bytes: usize,
 }
 
 /// Store data for one plugin instance.
@@ -35,7 +42,11 @@ pub struct HostState {
     table: ResourceTable,
     pub(crate) memory: MemoryCap,
     pub(crate) budget: CpuBudget,
+    /// The wall-clock bound (and cancellation) of the call in progress.
+    pub(crate) watch: Watch,
     kv: Arc<Namespace>,
+    /// The plugin's key-value quota, in bytes.
+    kv_max_bytes: usize,
     pub(crate) tags: Arc<LogTags>,
     /// The request being answered, while `handle-request` runs.
     pub(crate) call: Option<CallContext>,
@@ -53,8 +64,11 @@ impl HostState {
     ) -> Self {
         let tags = LogTags::new(plugin);
         let (memory_bytes, cpu_deadline) = (policy.memory_bytes, policy.cpu_deadline);
+        let (monotonic, wall) = super::clocks::for_plugin(policy.precise_clocks);
         let mut builder = WasiCtxBuilder::new();
         builder
+            .monotonic_clock(monotonic)
+            .wall_clock(wall)
             .stdout(GuestOutput::stdout(tags.clone()))
             .stderr(GuestOutput::stderr(tags.clone()))
             .allow_udp(false)
@@ -85,12 +99,16 @@ impl HostState {
             Box::pin(async move { ok })
         });
         let wasi = builder.build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(GUEST_TABLE_ENTRIES);
         HostState {
             wasi,
-            table: ResourceTable::new(),
+            table,
             memory: MemoryCap::new(memory_bytes, metrics),
             budget: CpuBudget::new(cpu_deadline),
+            watch: Watch::new(policy.handler_timeout),
             kv,
+            kv_max_bytes: policy.kv_max_bytes,
             tags,
             call: None,
             ws,
@@ -104,6 +122,11 @@ impl HostState {
     /// The instance's resource table.
     pub(super) fn table(&mut self) -> &mut ResourceTable {
         &mut self.table
+    }
+
+    /// The resource table and the call's watch, borrowed together (a bounded wait needs both).
+    pub(super) fn table_and_watch(&mut self) -> (&mut ResourceTable, &mut Watch) {
+        (&mut self.table, &mut self.watch)
     }
 }
 
@@ -219,12 +242,25 @@ impl CpuBudget {
 impl types::Host for HostState {}
 
 impl log::Host for HostState {
+    /// One line per call, whatever the plugin wrote: newlines and other control characters
+    /// are escaped (a plugin cannot forge a line of the host's log), and a message over
+    /// [`GUEST_LOG_MESSAGE_BYTES`] is cut, saying how long it was.
     fn log(&mut self, level: LogLevel, message: String, fields: Vec<(String, String)>) {
         let plugin = self.plugin();
         let request = format_args!("{:016x}", self.tags.request());
+        let message = super::stdio::printable(&message, GUEST_LOG_MESSAGE_BYTES);
+        let mut budget = GUEST_LOG_MESSAGE_BYTES;
         let fields = fields
             .iter()
-            .map(|(k, v)| format!("{k}={v:?}"))
+            .map_while(|(k, v)| {
+                let field = format!(
+                    "{}={:?}",
+                    super::stdio::printable(k, budget),
+                    super::stdio::printable(v, budget)
+                );
+                budget = budget.checked_sub(field.len())?;
+                Some(field)
+            })
             .collect::<Vec<_>>()
             .join(" ");
         match level {
@@ -253,7 +289,7 @@ impl kv::Host for HostState {
     }
 
     fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), KvError> {
-        self.kv.set(key, value)
+        self.kv.set(key, value, self.kv_max_bytes)
     }
 
     fn delete(&mut self, key: String) -> bool {
@@ -265,7 +301,7 @@ impl kv::Host for HostState {
     }
 
     fn increment(&mut self, key: String, delta: i64) -> Result<i64, KvError> {
-        self.kv.increment(key, delta)
+        self.kv.increment(key, delta, self.kv_max_bytes)
     }
 }
 
@@ -282,10 +318,11 @@ impl http::Host for HostState {
     }
 }
 
-fn to_message(message: Message) -> WsMessage {
+/// A plugin's message, ready to be shared by every connection it goes to.
+fn to_outbound(message: Message) -> Outbound {
     match message {
-        Message::Text(text) => WsMessage::Text(text),
-        Message::Binary(bytes) => WsMessage::Binary(bytes),
+        Message::Text(text) => Outbound::text(text),
+        Message::Binary(bytes) => Outbound::binary(bytes),
     }
 }
 
@@ -296,8 +333,15 @@ fn message_len(message: &Message) -> usize {
     }
 }
 
-/// Largest message a plugin may send in one call.
-const MAX_OUTBOUND_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// The longest close reason: a Close frame's payload is at most 125 bytes, two of them the
+/// code (RFC 6455 §5.5).
+const MAX_CLOSE_REASON_BYTES: usize = 123;
+
+/// Close codes an endpoint may send (RFC 6455 §7.4 and the IANA registry): the defined ones
+/// except those reserved for reporting (1005, 1006, 1015), and 3000-4999 for applications.
+pub fn sendable_close_code(code: u16) -> bool {
+    matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999)
+}
 
 impl From<SubscribeError> for WsError {
     fn from(e: SubscribeError) -> Self {
@@ -308,32 +352,49 @@ impl From<SubscribeError> for WsError {
     }
 }
 
-/// Sending goes through the I/O thread, which owns the sockets; an id that is not open is
-/// `closed`, and since ids are never reused it can never reach another client.
+impl HostState {
+    fn ws_link(&self) -> Result<&WsLink, WsError> {
+        self.ws.as_ref().ok_or(WsError::Unsupported)
+    }
+
+    /// The link, if `conn` is an open connection of this plugin; `closed` otherwise, whether
+    /// it is closed, never existed, or belongs to another plugin.
+    fn own_connection(&self, conn: ConnectionId) -> Result<&WsLink, WsError> {
+        let link = self.ws_link()?;
+        if link.hub.is_open_for(conn, &self.tags.plugin) {
+            Ok(link)
+        } else {
+            Err(WsError::Closed)
+        }
+    }
+}
+
+/// Sending goes through the I/O thread, which owns the sockets. Every operation is confined
+/// to this plugin's own connections and topics.
 impl websocket::Host for HostState {
     fn send(&mut self, conn: ConnectionId, message: Message) -> Result<(), WsError> {
-        let link = self.ws.as_ref().ok_or(WsError::Unsupported)?;
-        if message_len(&message) > MAX_OUTBOUND_MESSAGE_BYTES {
+        if message_len(&message) > self.ws_link()?.max_message_bytes {
             return Err(WsError::TooLarge);
         }
-        if !link.hub.is_open(conn) {
-            return Err(WsError::Closed);
-        }
+        let link = self.own_connection(conn)?;
         link.reply.send(Reply::Send {
             ws: conn,
-            message: to_message(message),
+            message: to_outbound(message),
         });
         Ok(())
     }
 
+    /// A code RFC 6455 reserves (0-999, 1004-1006, 1015, 1016-2999, 5000 and up) is refused
+    /// with `unsupported`.
     fn close(&mut self, conn: ConnectionId, code: u16, reason: String) -> Result<(), WsError> {
-        let link = self.ws.as_ref().ok_or(WsError::Unsupported)?;
-        if reason.len() > 123 {
+        self.ws_link()?;
+        if !sendable_close_code(code) {
+            return Err(WsError::Unsupported);
+        }
+        if reason.len() > MAX_CLOSE_REASON_BYTES {
             return Err(WsError::TooLarge);
         }
-        if !link.hub.is_open(conn) {
-            return Err(WsError::Closed);
-        }
+        let link = self.own_connection(conn)?;
         link.reply.send(Reply::Close {
             ws: conn,
             code,
@@ -343,22 +404,23 @@ impl websocket::Host for HostState {
     }
 
     fn subscribe(&mut self, conn: ConnectionId, topic: String) -> Result<(), WsError> {
-        let link = self.ws.as_ref().ok_or(WsError::Unsupported)?;
-        Ok(link.hub.subscribe(conn, &topic)?)
+        let link = self.ws_link()?;
+        Ok(link.hub.subscribe(&self.tags.plugin, conn, &topic)?)
     }
 
     fn unsubscribe(&mut self, conn: ConnectionId, topic: String) -> Result<(), WsError> {
-        let link = self.ws.as_ref().ok_or(WsError::Unsupported)?;
-        Ok(link.hub.unsubscribe(conn, &topic)?)
+        let link = self.ws_link()?;
+        Ok(link.hub.unsubscribe(&self.tags.plugin, conn, &topic)?)
     }
 
+    /// One copy of the message, shared by every subscriber's queue.
     fn publish(&mut self, topic: String, message: Message) -> Result<u32, WsError> {
-        let link = self.ws.as_ref().ok_or(WsError::Unsupported)?;
-        if message_len(&message) > MAX_OUTBOUND_MESSAGE_BYTES {
+        let link = self.ws_link()?;
+        if message_len(&message) > link.max_message_bytes {
             return Err(WsError::TooLarge);
         }
-        let subscribers = link.hub.subscribers(&topic);
-        let message = to_message(message);
+        let subscribers = link.hub.subscribers(&self.tags.plugin, &topic);
+        let message = to_outbound(message);
         for ws in &subscribers {
             link.reply.send(Reply::Send {
                 ws: *ws,

@@ -112,6 +112,7 @@ impl LineWriter {
             self.partial.clear();
             return;
         }
+        let line = printable(line, GUEST_LOG_LINE_BYTES);
         tracing::info!(
             target: "ankh::plugin",
             plugin = %self.out.tags.plugin,
@@ -121,6 +122,30 @@ impl LineWriter {
         );
         self.partial.clear();
     }
+}
+
+/// `text` made safe for one line of the host's log: control characters (a newline that would
+/// forge a line, a terminal escape) are written as escapes, and text past `max_bytes` is cut,
+/// saying how long it was.
+pub fn printable(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
+    use std::fmt::Write as _;
+    let clean = |c: char| !c.is_control() || c == '\t';
+    if text.len() <= max_bytes && text.chars().all(clean) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len().min(max_bytes) + 32);
+    for c in text.chars() {
+        if out.len() >= max_bytes {
+            let _ = write!(out, "… (truncated: {} bytes in all)", text.len());
+            break;
+        }
+        if clean(c) {
+            out.push(c);
+        } else {
+            out.extend(c.escape_default());
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 impl Drop for LineWriter {
@@ -167,5 +192,22 @@ impl tokio::io::AsyncWrite for LineWriter {
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn control_characters_are_escaped_and_long_text_is_cut() {
+        assert_eq!(printable("plain\ttext", 100), "plain\ttext");
+        assert_eq!(printable("a\nINFO forged", 100), "a\\nINFO forged");
+        assert_eq!(printable("\u{1b}[31mred", 100), "\\u{1b}[31mred");
+        let long = "x".repeat(1000);
+        let cut = printable(&long, 10);
+        assert!(cut.starts_with("xxxxxxxxxx…"), "{cut}");
+        assert!(cut.ends_with("(truncated: 1000 bytes in all)"), "{cut}");
+        assert!(!printable("é".repeat(100).as_str(), 11).contains('\u{fffd}'));
     }
 }

@@ -102,7 +102,7 @@ impl Deadline {
         Deadline { kind, slot: None }
     }
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    pub(crate) fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let at = match &mut self.kind {
             Kind::Past { yielded: true } => return Poll::Ready(()),
             Kind::Past { yielded } => {

@@ -3,8 +3,8 @@
 //! Load-test targets: a minimal response, a CPU-bound one and a blocking one.
 //!
 //! - `GET /bench` (or `/bench/`): `Hello, World!`
-//! - `GET /bench/busy?us=N`: spins the CPU for N microseconds, then `ok`
-//! - `GET /bench/sleep?ms=N`: blocks N milliseconds, then `ok`
+//! - `GET /bench/busy?us=N`: spins the CPU for N microseconds (at most 1 s), then `ok`
+//! - `GET /bench/sleep?ms=N`: blocks N milliseconds (at most 10 s), then `ok`
 //! - `GET /bench/ws`: a WebSocket that echoes every message, except `publish:TEXT`, which
 //!   publishes TEXT to the topic `bench`; every connection is subscribed to it on open.
 
@@ -12,18 +12,27 @@ use std::time::{Duration, Instant};
 
 use ankh_guest::prelude::*;
 
-/// Parses the query parameter `name` as a `u64`, or explains why not as a `400`.
-fn number(req: &Request, name: &str) -> Result<u64, Response> {
+/// The longest `/bench/busy` spin, in microseconds: a load test needs no more, and a public
+/// example should not hand out a CPU-second per request.
+const MAX_BUSY_US: u64 = 1_000_000;
+
+/// The longest `/bench/sleep`, in milliseconds.
+const MAX_SLEEP_MS: u64 = 10_000;
+
+/// Parses the query parameter `name` as a `u64` of at most `max`, or explains why not as a
+/// `400`.
+fn number(req: &Request, name: &str, max: u64) -> Result<u64, Response> {
     let raw = req
         .query_param(name)
         .ok_or_else(|| Response::bad_request(format!("missing query parameter `{name}`")))?;
-    raw.parse()
-        .map_err(|_| Response::bad_request(format!("`{name}` must be a non-negative integer")))
+    raw.parse().ok().filter(|n| *n <= max).ok_or_else(|| {
+        Response::bad_request(format!("`{name}` must be an integer from 0 to {max}"))
+    })
 }
 
 /// Busy-waits on the monotonic clock (WASI `monotonic-clock`), so the time is spent in wasm.
 fn busy(req: &Request) -> Result<&'static str, Response> {
-    let budget = Duration::from_micros(number(req, "us")?);
+    let budget = Duration::from_micros(number(req, "us", MAX_BUSY_US)?);
     let start = Instant::now();
     while start.elapsed() < budget {
         std::hint::spin_loop();
@@ -33,7 +42,7 @@ fn busy(req: &Request) -> Result<&'static str, Response> {
 
 /// Blocks the worker without using the CPU, like a handler waiting on a slow backend.
 fn sleep(req: &Request) -> Result<&'static str, Response> {
-    std::thread::sleep(Duration::from_millis(number(req, "ms")?));
+    std::thread::sleep(Duration::from_millis(number(req, "ms", MAX_SLEEP_MS)?));
     Ok("ok")
 }
 

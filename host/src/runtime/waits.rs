@@ -1,0 +1,168 @@
+//! Every blocking wait of a guest, bounded by its call's [`Watch`](super::watch::Watch).
+//!
+//! A guest blocks in exactly these WASI functions: `wasi:io/poll.poll`, `pollable.block`, and
+//! the `blocking-*` methods of `wasi:io/streams` (a sleep is a clock pollable plus `block` or
+//! `poll`; a blocking socket read is `blocking-read`). wasmtime-wasi implements each as a future
+//! run to completion on the calling worker thread. This module replaces them with the same
+//! futures raced against [`Watch::stopped`](super::watch::Watch::stopped): when the call's
+//! wall-clock deadline passes or its client disconnects, the wait ends at once with a trap,
+//! and the worker is free. Everything else of WASI is untouched.
+
+use std::future::Future;
+
+use wasmtime::StoreContextMut;
+use wasmtime::component::{Linker, Resource};
+use wasmtime_wasi::p2::bindings::io::poll::{Host as _, HostPollable as _};
+use wasmtime_wasi::p2::bindings::io::streams::{HostInputStream as _, HostOutputStream as _};
+use wasmtime_wasi::p2::bindings::sync::io::streams::{Host as _, StreamError as WitStreamError};
+use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, StreamResult};
+use wasmtime_wasi::runtime::in_tokio;
+
+use super::state::HostState;
+use super::watch::{Stopped, race};
+
+/// The version of the WASI interfaces whose functions are replaced: the one wasmtime-wasi
+/// links (guests importing an older 0.2.x are matched to it). Unit tests check it.
+pub const WASI_VERSION: &str = "0.2.12";
+
+/// Runs one wait of the guest to completion, unless its call is stopped first: then the wait
+/// ends with a trap that says why.
+fn bounded<'a, T, F>(
+    state: &'a mut HostState,
+    wait: impl FnOnce(&'a mut wasmtime::component::ResourceTable) -> F,
+) -> wasmtime::Result<T>
+where
+    F: Future<Output = T> + 'a,
+{
+    let (table, watch) = state.table_and_watch();
+    let stop = watch.stopped();
+    let outcome = in_tokio(race(wait(table), stop));
+    outcome.map_err(|reason| {
+        watch.record(reason);
+        wasmtime::Error::new(Stopped(reason))
+    })
+}
+
+/// A stream operation's result as the guest sees it: a `stream-error` value, or a trap.
+fn to_wit<T>(
+    state: &mut HostState,
+    result: StreamResult<T>,
+) -> wasmtime::Result<Result<T, WitStreamError>> {
+    match result {
+        Ok(v) => Ok(Ok(v)),
+        Err(e) => Ok(Err(state.table().convert_stream_error(e)?)),
+    }
+}
+
+type Store<'a> = StoreContextMut<'a, HostState>;
+
+/// Replaces the waiting functions of `wasi:io` in a linker that already has WASI.
+pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut poll = linker.instance(&format!("wasi:io/poll@{WASI_VERSION}"))?;
+    poll.func_wrap(
+        "poll",
+        |mut store: Store<'_>, (pollables,): (Vec<Resource<DynPollable>>,)| {
+            let ready = bounded(store.data_mut(), |t| t.poll(pollables))??;
+            Ok((ready,))
+        },
+    )?;
+    poll.func_wrap(
+        "[method]pollable.block",
+        |mut store: Store<'_>, (pollable,): (Resource<DynPollable>,)| {
+            bounded(store.data_mut(), |t| t.block(pollable))??;
+            Ok(())
+        },
+    )?;
+
+    let mut streams = linker.instance(&format!("wasi:io/streams@{WASI_VERSION}"))?;
+    streams.func_wrap(
+        "[method]input-stream.blocking-read",
+        |mut store: Store<'_>, (stream, len): (Resource<DynInputStream>, u64)| {
+            let state = store.data_mut();
+            let result = bounded(state, |t| t.blocking_read(stream, len))?;
+            Ok((to_wit(state, result)?,))
+        },
+    )?;
+    streams.func_wrap(
+        "[method]input-stream.blocking-skip",
+        |mut store: Store<'_>, (stream, len): (Resource<DynInputStream>, u64)| {
+            let state = store.data_mut();
+            let result = bounded(state, |t| t.blocking_skip(stream, len))?;
+            Ok((to_wit(state, result)?,))
+        },
+    )?;
+    streams.func_wrap(
+        "[method]output-stream.blocking-write-and-flush",
+        |mut store: Store<'_>, (stream, bytes): (Resource<DynOutputStream>, Vec<u8>)| {
+            let state = store.data_mut();
+            let result = bounded(state, |t| t.blocking_write_and_flush(stream, bytes))?;
+            Ok((to_wit(state, result)?,))
+        },
+    )?;
+    streams.func_wrap(
+        "[method]output-stream.blocking-write-zeroes-and-flush",
+        |mut store: Store<'_>, (stream, len): (Resource<DynOutputStream>, u64)| {
+            let state = store.data_mut();
+            let result = bounded(state, |t| t.blocking_write_zeroes_and_flush(stream, len))?;
+            Ok((to_wit(state, result)?,))
+        },
+    )?;
+    streams.func_wrap(
+        "[method]output-stream.blocking-flush",
+        |mut store: Store<'_>, (stream,): (Resource<DynOutputStream>,)| {
+            let state = store.data_mut();
+            let result = bounded(state, |t| t.blocking_flush(stream))?;
+            Ok((to_wit(state, result)?,))
+        },
+    )?;
+    streams.func_wrap(
+        "[method]output-stream.blocking-splice",
+        |mut store: Store<'_>,
+         (dst, src, len): (Resource<DynOutputStream>, Resource<DynInputStream>, u64)| {
+            let state = store.data_mut();
+            let result = bounded(state, |t| t.blocking_splice(dst, src, len))?;
+            Ok((to_wit(state, result)?,))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_replaced_functions_are_the_ones_wasi_links() {
+        // Without shadowing, defining a function the linker already has is an error: so each
+        // of these fails exactly when the name is one wasmtime-wasi added.
+        let engine = wasmtime::Engine::default();
+        let mut linker = Linker::<HostState>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).unwrap();
+        let cases = [
+            ("poll", "poll"),
+            ("poll", "[method]pollable.block"),
+            ("streams", "[method]input-stream.blocking-read"),
+            ("streams", "[method]input-stream.blocking-skip"),
+            ("streams", "[method]output-stream.blocking-write-and-flush"),
+            (
+                "streams",
+                "[method]output-stream.blocking-write-zeroes-and-flush",
+            ),
+            ("streams", "[method]output-stream.blocking-flush"),
+            ("streams", "[method]output-stream.blocking-splice"),
+        ];
+        for (interface, func) in cases {
+            let mut instance = linker
+                .instance(&format!("wasi:io/{interface}@{WASI_VERSION}"))
+                .unwrap();
+            let redefined = instance.func_wrap(func, |_: Store<'_>, (): ()| Ok(()));
+            assert!(
+                redefined.is_err(),
+                "wasi:io/{interface}@{WASI_VERSION}#{func} is not linked by WASI"
+            );
+        }
+        add_to_linker(&mut linker).unwrap();
+    }
+}

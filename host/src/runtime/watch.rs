@@ -1,0 +1,251 @@
+//! When a plugin call must end before the guest says so: at its wall-clock deadline, or when
+//! the client that asked for it has gone.
+//!
+//! The CPU deadline (see [`super::state::CpuBudget`]) only counts time the guest spends
+//! running; a guest that sleeps or waits is not charged for it. A [`Watch`] bounds the whole
+//! call in wall-clock time and lets the I/O thread cancel it. It is enforced in two places:
+//! - every wait of the guest goes through the host (`wasi:io/poll`, `pollable.block`, the
+//!   blocking stream calls; see [`super::waits`]), which races the wait against [`Watch::stopped`];
+//! - the epoch callback, which finds a guest that computes instead of waiting.
+//!
+//! Either way the call traps, the instance is discarded, and the worker is free at once.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use super::timer::Deadline;
+
+/// Why a call was stopped from outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The call ran past its wall-clock deadline (`handler_timeout_ms`).
+    TimedOut(Duration),
+    /// The client of the request disconnected.
+    Cancelled,
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stop::TimedOut(limit) => write!(f, "exceeded its handler timeout of {limit:?}"),
+            Stop::Cancelled => f.write_str("was cancelled: the client disconnected"),
+        }
+    }
+}
+
+/// The error a guest's wait (or its epoch check) returns once the call is stopped: a trap.
+#[derive(Debug, thiserror::Error)]
+#[error("call stopped: {0}")]
+pub struct Stopped(pub Stop);
+
+/// A cancellation signal, shared by the I/O thread (which fires it when the client leaves) and
+/// the worker running the call.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Arc<CancelInner>);
+
+#[derive(Debug, Default)]
+struct CancelInner {
+    fired: AtomicBool,
+    /// The guest's current wait, if it is waiting.
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Cancel {
+    /// Fires the signal: the call's current wait ends now, and so does every later one.
+    pub fn cancel(&self) {
+        self.0.fired.store(true, Ordering::Release);
+        let waker = self
+            .0
+            .waker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.fired.load(Ordering::Acquire)
+    }
+
+    fn poll_fired(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.is_cancelled() {
+            return Poll::Ready(());
+        }
+        *self.0.waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());
+        // `cancel` may have fired between the check and storing the waker.
+        if self.is_cancelled() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// The bounds of the call running in a store.
+#[derive(Debug)]
+pub struct Watch {
+    /// The plugin's handler timeout: each call gets this much wall-clock time.
+    pub timeout: Duration,
+    deadline: Option<Instant>,
+    cancel: Option<Cancel>,
+    /// Why the current call was stopped, once it was.
+    stopped: Option<Stop>,
+}
+
+impl Watch {
+    pub fn new(timeout: Duration) -> Self {
+        Watch {
+            timeout,
+            deadline: None,
+            cancel: None,
+            stopped: None,
+        }
+    }
+
+    /// Starts the clock of a new call (or an instantiation), optionally cancellable.
+    pub fn arm(&mut self, cancel: Option<Cancel>) {
+        self.deadline = Instant::now().checked_add(self.timeout);
+        self.cancel = cancel;
+        self.stopped = None;
+    }
+
+    /// Why the call was stopped, if it was.
+    pub fn stopped_by(&self) -> Option<Stop> {
+        self.stopped
+    }
+
+    /// Checks the bounds now (the epoch callback); records and returns why the call must stop.
+    pub fn check(&mut self, now: Instant) -> Option<Stop> {
+        if self.stopped.is_none() {
+            if self.cancel.as_ref().is_some_and(Cancel::is_cancelled) {
+                self.stopped = Some(Stop::Cancelled);
+            } else if self.deadline.is_some_and(|d| now >= d) {
+                self.stopped = Some(Stop::TimedOut(self.timeout));
+            }
+        }
+        self.stopped
+    }
+
+    /// Records why a wait ended the call.
+    pub fn record(&mut self, stop: Stop) {
+        self.stopped.get_or_insert(stop);
+    }
+
+    /// A future that completes when the call must stop; races every guest wait.
+    pub fn stopped(&self) -> Stopping {
+        let remaining = self
+            .deadline
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        Stopping {
+            deadline: remaining.map(Deadline::after),
+            timeout: self.timeout,
+            cancel: self.cancel.clone(),
+        }
+    }
+}
+
+/// See [`Watch::stopped`].
+pub struct Stopping {
+    deadline: Option<Deadline>,
+    timeout: Duration,
+    cancel: Option<Cancel>,
+}
+
+impl Future for Stopping {
+    type Output = Stop;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Stop> {
+        let this = self.get_mut();
+        if let Some(cancel) = &this.cancel
+            && cancel.poll_fired(cx).is_ready()
+        {
+            return Poll::Ready(Stop::Cancelled);
+        }
+        if let Some(deadline) = &mut this.deadline
+            && deadline.poll_ready(cx).is_ready()
+        {
+            return Poll::Ready(Stop::TimedOut(this.timeout));
+        }
+        Poll::Pending
+    }
+}
+
+/// Runs `work` until it completes or `stop` does, whichever is first.
+pub async fn race<T>(work: impl Future<Output = T>, stop: Stopping) -> Result<T, Stop> {
+    let mut work = std::pin::pin!(work);
+    let mut stop = std::pin::pin!(stop);
+    std::future::poll_fn(move |cx| {
+        // The stop signal first: a wait that is always ready must not starve it.
+        if let Poll::Ready(reason) = stop.as_mut().poll(cx) {
+            return Poll::Ready(Err(reason));
+        }
+        work.as_mut().poll(cx).map(Ok)
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block_on<F: Future>(f: F) -> F::Output {
+        struct Unpark(std::thread::Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        let mut f = std::pin::pin!(f);
+        loop {
+            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+            std::thread::park();
+        }
+    }
+
+    #[test]
+    fn a_wait_ends_at_the_deadline() {
+        let mut watch = Watch::new(Duration::from_millis(30));
+        watch.arm(None);
+        let started = Instant::now();
+        let r = block_on(race(std::future::pending::<()>(), watch.stopped()));
+        assert_eq!(r, Err(Stop::TimedOut(Duration::from_millis(30))));
+        assert!(started.elapsed() >= Duration::from_millis(30));
+        assert!(watch.check(Instant::now()).is_some());
+    }
+
+    #[test]
+    fn cancelling_ends_a_wait_from_another_thread() {
+        let mut watch = Watch::new(Duration::from_secs(3600));
+        let cancel = Cancel::default();
+        watch.arm(Some(cancel.clone()));
+        assert_eq!(watch.check(Instant::now()), None);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            cancel.cancel();
+        });
+        let r = block_on(race(std::future::pending::<()>(), watch.stopped()));
+        assert_eq!(r, Err(Stop::Cancelled));
+        t.join().unwrap();
+        assert_eq!(watch.check(Instant::now()), Some(Stop::Cancelled));
+        // A new call starts clean.
+        watch.arm(None);
+        assert_eq!(watch.check(Instant::now()), None);
+    }
+
+    #[test]
+    fn work_that_completes_wins() {
+        let mut watch = Watch::new(Duration::from_secs(3600));
+        watch.arm(None);
+        assert_eq!(block_on(race(async { 7 }, watch.stopped())), Ok(7));
+    }
+}
