@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpStream};
 
 use crate::harness::{Options, TestServer, plugins};
 
-fn admin_addr(s: &TestServer) -> SocketAddr {
+pub fn admin_addr(s: &TestServer) -> SocketAddr {
     let log = s.wait_for_log("admin endpoints on http://");
     log.split("admin endpoints on http://")
         .nth(1)
@@ -16,7 +16,7 @@ fn admin_addr(s: &TestServer) -> SocketAddr {
         .unwrap()
 }
 
-fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
+pub fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
     write!(stream, "GET {path} HTTP/1.1\r\nHost: admin\r\n\r\n").unwrap();
     let mut reply = String::new();
@@ -26,14 +26,14 @@ fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {
     (status, body)
 }
 
-fn scrape(addr: SocketAddr) -> prometheus_parse::Scrape {
+pub fn scrape(addr: SocketAddr) -> prometheus_parse::Scrape {
     let (status, body) = admin_get(addr, "/metrics");
     assert_eq!(status, 200);
     let lines = body.lines().map(|l| Ok(l.to_owned()));
     prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text")
 }
 
-fn value(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub fn value(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
     let sample = scrape
         .samples
         .iter()

@@ -35,3 +35,5 @@ mod python;
 // Hostile and broken clients, limits, timeouts, graceful drain, load and fault runs: A22-A25,
 // A59, A60.
 mod hardening;
+// Isolation between plugins, and bounds on every resource a plugin or client can grow: issue 11.
+mod isolation;

@@ -185,7 +185,7 @@ fn a_bad_policy_is_refused_with_file_line_and_key_and_the_old_one_stays() {
     let s = with_policy("probe", plugins::PROBE, "[limits]\nmax_concurrency = 0\n").start();
     let log = s.log();
     assert!(
-        log.contains("probe.toml:2: limits.max_concurrency: must be at least 1"),
+        log.contains("probe.toml:2: limits.max_concurrency: must be between 1 and 1000000, got 0"),
         "{log}"
     );
     assert_eq!(s.get("/probe/status/200").0, 404);

@@ -206,4 +206,7 @@ fn bench_endpoints() {
     }
     assert_eq!(s.get("/bench/sleep?ms=abc").0, 400);
     assert_eq!(s.get("/bench/busy").0, 400);
+    // See: issue 11, item 3: the example does not hand out unbounded waits or spins.
+    assert_eq!(s.get("/bench/sleep?ms=10001").0, 400);
+    assert_eq!(s.get("/bench/busy?us=1000001").0, 400);
 }

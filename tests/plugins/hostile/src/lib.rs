@@ -1,0 +1,215 @@
+//! Build: `cd tests/plugins && cargo build --release --target wasm32-wasip2`; never served by
+//! default.
+//!
+//! A hostile tenant, for the isolation and bounds tests (issue 11). Every route tries to reach
+//! past its sandbox or exhaust a host resource, and reports what the host let it do. All are
+//! `GET`s; numbers come from the query.
+//!
+//! Other plugins' WebSockets (the test passes the victim's connection id, as if guessed):
+//! - `/hostile/send?conn=N&text=T`, `/hostile/close?conn=N&code=C`,
+//!   `/hostile/subscribe?conn=N&topic=T`, `/hostile/unsubscribe?conn=N&topic=T`:
+//!   `ok`, or `error <WsError>`
+//! - `/hostile/publish?topic=T&text=X` (or `&bytes=N` for a binary message of N bytes):
+//!   `published <n>`, or `error <WsError>`
+//!
+//! Holding a worker: `/hostile/sleep?ms=N` logs `hostile sleeping` and sleeps;
+//! `/hostile/early?ms=N` answers `early` through `http.respond`, then sleeps; `/hostile/spin`
+//! computes forever.
+//!
+//! Host memory: `/hostile/kv-fill?kib=N` stores N KiB values under new keys until the store
+//! refuses (`stored <n> then <KvError>`); `/hostile/pollables?n=N` leaks N clock pollables.
+//!
+//! Failures and logs: `/hostile/exit?code=C` calls `exit`; `/hostile/log-forge` logs a message
+//! with a forged second line, a 100 KiB message and a field with a newline;
+//! `/hostile/header?value=V` answers with header `X-Hostile: V` (control characters included).
+//!
+//! Clocks: `/hostile/clock` reads both clocks 2000 times and answers
+//! `monotonic_step=<ns> wall_step=<ns>`, the largest power of ten (up to 1 s) that divides
+//! every reading.
+//!
+//! WebSocket: `/hostile/ws` upgrades; a text `close:<code>` asks the host to close this very
+//! connection with that code (answered `refused <code> <WsError>` when refused), anything else
+//! is echoed. `/hostile/bad-upgrade` accepts an upgrade with an invalid header name.
+
+use std::time::Duration;
+
+use ankh_guest::prelude::*;
+
+/// The query parameter `name` as a number, `default` when absent.
+fn number(req: &Request, name: &str, default: u64) -> u64 {
+    req.query_param(name)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn conn(req: &Request) -> u64 {
+    number(req, "conn", 0)
+}
+
+fn report(result: Result<(), ws::WsError>) -> String {
+    match result {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => format!("error {e:?}"),
+    }
+}
+
+fn publish(req: &Request) -> String {
+    let topic = req.query_param("topic").unwrap_or_default();
+    let message = match req.query_param("bytes") {
+        Some(n) => ws::Message::Binary(vec![7; n.parse().unwrap_or(0)]),
+        None => ws::Message::Text(req.query_param("text").unwrap_or_default()),
+    };
+    match ws::publish(&topic, &message) {
+        Ok(n) => format!("published {n}"),
+        Err(e) => format!("error {e:?}"),
+    }
+}
+
+fn sleep(req: &Request) -> &'static str {
+    log::info("hostile sleeping");
+    std::thread::sleep(Duration::from_millis(number(req, "ms", 60_000)));
+    "slept"
+}
+
+fn early(req: &Request) -> Outcome {
+    let _ = req.respond(Response::text("early"));
+    log::info("hostile answered early");
+    std::thread::sleep(Duration::from_millis(number(req, "ms", 60_000)));
+    log::info("hostile woke up");
+    Outcome::Done
+}
+
+fn spin(_req: &Request) -> &'static str {
+    let mut x = 0u64;
+    loop {
+        x = std::hint::black_box(x.wrapping_add(1));
+    }
+}
+
+fn kv_fill(req: &Request) -> String {
+    let value = vec![b'x'; number(req, "kib", 1024) as usize * 1024];
+    let mut stored = 0;
+    loop {
+        match kv::set(&format!("fill/{stored}"), &value) {
+            Ok(()) => stored += 1,
+            Err(e) => return format!("stored {stored} then {e:?}"),
+        }
+    }
+}
+
+fn pollables(req: &Request) -> String {
+    let n = number(req, "n", 1_000_000);
+    let mut leaked = Vec::new();
+    for _ in 0..n {
+        leaked.push(wasip2::clocks::monotonic_clock::subscribe_duration(
+            1_000_000_000,
+        ));
+    }
+    std::mem::forget(leaked);
+    format!("leaked {n}")
+}
+
+fn log_forge(_req: &Request) -> &'static str {
+    log::info("innocent\n2026-12-01T00:00:00.000000Z  INFO ankh: forged line");
+    log::info(&"y".repeat(100 * 1024));
+    log::log(
+        log::Level::Warn,
+        "with a field",
+        &[("evil", "a\nFORGED-FIELD-LINE")],
+    );
+    println!("stdout\u{1b}[31m escape");
+    "logged"
+}
+
+fn header(req: &Request) -> Response {
+    let value = req.query_param("value").unwrap_or_default();
+    Response::text("header").with_header("X-Hostile", value)
+}
+
+/// The largest power of ten, up to a second, that divides every value.
+fn step(values: impl Iterator<Item = u128>) -> u128 {
+    let mut step = 1_000_000_000;
+    for v in values {
+        while v % step != 0 {
+            step /= 10;
+        }
+    }
+    step
+}
+
+fn clock(_req: &Request) -> String {
+    let mono: Vec<u128> = (0..2000)
+        .map(|_| u128::from(wasip2::clocks::monotonic_clock::now()))
+        .collect();
+    let wall: Vec<u128> = (0..2000)
+        .map(|_| {
+            let t = wasip2::clocks::wall_clock::now();
+            u128::from(t.seconds) * 1_000_000_000 + u128::from(t.nanoseconds)
+        })
+        .collect();
+    format!(
+        "monotonic_step={} wall_step={}",
+        step(mono.into_iter()),
+        step(wall.into_iter())
+    )
+}
+
+#[derive(Default)]
+struct Hostile;
+
+impl WebSocketHandler for Hostile {
+    fn on_message(&mut self, conn: ws::ConnectionId, message: ws::Message) {
+        if let ws::Message::Text(text) = &message
+            && let Some(code) = text.strip_prefix("close:")
+        {
+            let code: u16 = code.parse().unwrap_or(0);
+            if let Err(e) = ws::close(conn, code, "bye") {
+                let _ = ws::send_text(conn, &format!("refused {code} {e:?}"));
+            }
+            return;
+        }
+        let _ = ws::send(conn, &message);
+    }
+}
+
+fn router() -> Router {
+    Router::new()
+        .get("/send", |req: &Request| {
+            let text = req.query_param("text").unwrap_or_default();
+            report(ws::send_text(conn(req), &text))
+        })
+        .get("/close", |req: &Request| {
+            report(ws::close(
+                conn(req),
+                number(req, "code", 1000) as u16,
+                "bye",
+            ))
+        })
+        .get("/subscribe", |req: &Request| {
+            let topic = req.query_param("topic").unwrap_or_default();
+            report(ws::subscribe(conn(req), &topic))
+        })
+        .get("/unsubscribe", |req: &Request| {
+            let topic = req.query_param("topic").unwrap_or_default();
+            report(ws::unsubscribe(conn(req), &topic))
+        })
+        .get("/publish", publish)
+        .get("/sleep", sleep)
+        .get("/early", early)
+        .get("/spin", spin)
+        .get("/kv-fill", kv_fill)
+        .get("/pollables", pollables)
+        .get("/exit", |req: &Request| -> &'static str {
+            std::process::exit(number(req, "code", 3) as i32)
+        })
+        .get("/log-forge", log_forge)
+        .get("/header", header)
+        .get("/clock", clock)
+        .get("/ws", |_req: &Request| Outcome::upgrade())
+        .get("/bad-upgrade", |_req: &Request| Outcome::Upgrade {
+            protocol: None,
+            headers: vec![("X Bad".to_owned(), b"v".to_vec())],
+        })
+}
+
+ankh_guest::export_plugin!(router, websocket = Hostile);
