@@ -307,6 +307,11 @@ fn a49_protocol_violations_close_with_1002() {
         let (mut stream, mut reader) = raw(&s, "/wsprobe/");
         stream.write_all(&bytes).unwrap();
         assert_eq!(close_code(&mut reader), 1002, "{name}");
+        // The client answers the Close, as RFC 6455 §5.5.1 asks; the server then closes TCP
+        // with nothing after its Close.
+        stream
+            .write_all(&frame(FIN | CLOSE, &1002u16.to_be_bytes(), true))
+            .unwrap();
         let mut rest = Vec::new();
         let _ = reader.read_to_end(&mut rest);
         assert!(rest.is_empty(), "{name}: bytes after the close");

@@ -68,7 +68,28 @@ pub type WsId = u64;
 
 /// A message a plugin sends. Its payload is reference-counted: a publish to many connections
 /// holds one copy, not one per subscriber.
-pub type Outbound = tungstenite::Message;
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outbound {
+    /// A text message (the payload is UTF-8), else binary.
+    pub text: bool,
+    pub payload: bytes::Bytes,
+}
+
+impl Outbound {
+    pub fn text(text: impl Into<String>) -> Self {
+        Outbound {
+            text: true,
+            payload: bytes::Bytes::from(text.into().into_bytes()),
+        }
+    }
+
+    pub fn binary(bytes: impl Into<Vec<u8>>) -> Self {
+        Outbound {
+            text: false,
+            payload: bytes::Bytes::from(bytes.into()),
+        }
+    }
+}
 
 /// A complete WebSocket data message.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -72,7 +72,12 @@ fuzz_target!(|data: &[u8]| {
     let (reply_tx, _reply_rx) = reply_channel(Arc::new(|| {}));
     let hub = Arc::new(Hub::default());
     let metrics = ankh::metrics::Metrics::default();
-    let pool = WorkerPool::new(0, 4, reply_tx, hub.clone()).unwrap();
+    let link = ankh::runtime::state::WsLink {
+        hub: hub.clone(),
+        reply: reply_tx,
+        max_message_bytes: limits.ws_max_message_bytes,
+    };
+    let pool = WorkerPool::new(0, 4, link).unwrap();
     let mut dispatcher = Dispatcher::new(Arc::new(Registry::default()), pool);
     let start = Instant::now();
     let io = MemIo {

@@ -1,4 +1,4 @@
-//! The WebSocket frame reader (tungstenite driven by `net::ws`) on arbitrary client bytes, in
+//! The WebSocket connection (`net::ws` over `proto::frame`) on arbitrary client bytes, in
 //! arbitrary splits, with sends and closes from the plugin interleaved: it never panics, emits
 //! at most one close event and nothing after it, and everything it writes is a sequence of
 //! well-formed, unmasked server frames.
@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use ankh::job::{WsEvent, WsMessage};
+use ankh::job::{Outbound, WsEvent};
 use ankh::limits::Limits;
 use ankh::net::ws::WsConn;
 use libfuzzer_sys::fuzz_target;
@@ -34,15 +34,11 @@ fuzz_target!(|data: &[u8]| {
         let end = (fed + usize::from(knob % 32) + 1).min(stream.len());
         rbuf.extend_from_slice(&stream[fed..end]);
         fed = end;
-        ws.read_frames(&mut rbuf, &mut wbuf, now);
+        ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX);
         match knob >> 5 {
-            1 => ws.send(
-                WsMessage::Text("x".repeat(usize::from(knob))),
-                &mut rbuf,
-                &mut wbuf,
-            ),
-            2 => ws.send(WsMessage::Binary(vec![knob; 300]), &mut rbuf, &mut wbuf),
-            3 if knob & 1 == 1 => ws.close(1000, "bye", &mut rbuf, &mut wbuf, now),
+            1 => ws.send(&Outbound::text("x".repeat(usize::from(knob))), &mut wbuf),
+            2 => ws.send(&Outbound::binary(vec![knob; 300]), &mut wbuf),
+            3 if knob & 1 == 1 => ws.close(1000, "bye", &mut wbuf, now),
             _ => {}
         }
         while let Some(event) = ws.next_event() {
@@ -53,6 +49,7 @@ fuzz_target!(|data: &[u8]| {
             }
             ws.event_done();
         }
+        ws.settle(&mut wbuf, now);
         if ws.finished() {
             break;
         }

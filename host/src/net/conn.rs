@@ -26,6 +26,7 @@ use crate::hub::Hub;
 use crate::job::{ConnId, Outbound, WsEvent, WsId};
 use crate::limits::{LINGER_TIMEOUT, Limits, READ_CHUNK_BYTES};
 use crate::proto::body::BodyDecoder;
+use crate::proto::frame::close_code;
 use crate::proto::request::{self, Framing, RequestHead};
 use crate::proto::response::{self, RequestMeta};
 use crate::proto::{ProtoError, Status, Version};
@@ -218,9 +219,8 @@ impl<S: Transport> Conn<S> {
         if ctx.draining {
             self.compact();
             conn.close(
-                1001,
+                close_code::GOING_AWAY,
                 "server shutting down",
-                &mut self.rbuf,
                 &mut self.wbuf,
                 Instant::now(),
             );
@@ -259,16 +259,16 @@ impl<S: Transport> Conn<S> {
         if backlog > ctx.limits.max_send_buffer_bytes {
             crate::warn_limited!(ws = ws.id, peer = %self.peer, backlog, "closing a WebSocket that does not read (1008)");
             ws.close(
-                1008,
+                close_code::POLICY,
                 "not reading",
-                &mut self.rbuf,
                 &mut self.wbuf,
                 Instant::now(),
             );
+            // It does not read: waiting for its Close would be waiting for nothing.
             ws.peer_gone();
             ctx.hub.closed(ws.id);
         } else {
-            ws.send(message, &mut self.rbuf, &mut self.wbuf);
+            ws.send(&message, &mut self.wbuf);
         }
         if backlog == 0 {
             self.write_progress = Instant::now();
@@ -280,7 +280,7 @@ impl<S: Transport> Conn<S> {
     pub fn on_ws_close(&mut self, code: u16, reason: &str, ctx: &mut Ctx<'_>) -> Liveness {
         self.compact();
         if let State::WebSocket(ws) = &mut self.state {
-            ws.close(code, reason, &mut self.rbuf, &mut self.wbuf, Instant::now());
+            ws.close(code, reason, &mut self.wbuf, Instant::now());
             self.write_progress = Instant::now();
         }
         self.advance(ctx)
@@ -308,7 +308,7 @@ impl<S: Transport> Conn<S> {
             return Liveness::Closed;
         }
         if matches!(self.state, State::WebSocket(_)) {
-            return self.on_ws_close(1001, "server shutting down", ctx);
+            return self.on_ws_close(close_code::GOING_AWAY, "server shutting down", ctx);
         }
         self.advance(ctx)
     }
@@ -353,7 +353,7 @@ impl<S: Transport> Conn<S> {
                 self.wbuf.drain(..self.wpos);
                 self.wpos = 0;
                 // Also retry an event the worker queue had no room for.
-                if ws.on_timer(now, &mut self.rbuf, &mut self.wbuf) || ws.event_waiting() {
+                if ws.on_timer(now, &mut self.wbuf) || ws.event_waiting() {
                     return self.advance(ctx);
                 }
             }
@@ -510,7 +510,7 @@ impl<S: Transport> Conn<S> {
                     Err(Undelivered::Gone) => ws.event_done(),
                 }
             }
-            ws.settle_failure(&mut self.rbuf, &mut self.wbuf);
+            ws.settle(&mut self.wbuf, Instant::now());
             let output_pending = self.wpos < self.wbuf.len();
             if ws.finished() {
                 if output_pending && !self.eof {
@@ -545,11 +545,8 @@ impl<S: Transport> Conn<S> {
             }
             match self.read() {
                 Ok(Step::Moved(_)) => {}
-                Ok(Step::WouldBlock) => {
-                    if self.rbuf.is_empty() {
-                        return Liveness::Open;
-                    }
-                }
+                // What is left in `rbuf` is an incomplete frame: wait for the rest.
+                Ok(Step::WouldBlock) => return Liveness::Open,
                 Ok(Step::Eof) | Err(_) => self.eof = true,
             }
         }

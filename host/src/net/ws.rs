@@ -1,54 +1,54 @@
 //! The WebSocket side of a connection, after the `101`: frames in, events out to the plugin
-//! one at a time, messages from the plugin out as frames.
+//! one at a time, messages from the plugin out as frames, and the closing handshake.
 //!
-//! Framing, masking, fragmentation, control frames, UTF-8 checks and the close handshake are
-//! tungstenite's `WebSocketContext`, run sans-IO over the connection's own buffers (see
-//! [`Pipe`]). This module decides what to do with what it reports: which close code answers
-//! which violation (RFC 6455 §7.4.1), when the plugin hears of what, and when TCP closes.
+//! Framing and its rules are [`crate::proto::frame`]'s; this module decides what to do with
+//! what it reports: when the plugin hears of what, which Close answers what, and when TCP
+//! closes. The closing handshake follows RFC 6455 §7.1: whoever closes, the server stops
+//! delivering data, keeps reading (and discarding, unbuffered) until the peer's Close or
+//! [`WS_CLOSE_TIMEOUT`], and only then closes TCP, so the peer reads our Close instead of a
+//! reset.
+//!
+//! ```text
+//! Open ──peer Close──────────────▶ CloseDue{echo} ──plugin caught up──▶ Ended
+//!   ├──violation─────────────────▶ CloseDue{code} ──plugin caught up──▶ CloseSent ─▶ Ended
+//!   └──plugin close / drain──────────────────────────────────────────▶ CloseSent ─▶ Ended
+//!                                        (peer's Close, or the close timeout) ──┘
+//! ```
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
-use tungstenite::error::{CapacityError, ProtocolError};
-use tungstenite::protocol::frame::CloseFrame;
-use tungstenite::protocol::frame::coding::CloseCode;
-use tungstenite::protocol::{Role, WebSocketConfig, WebSocketContext};
-use tungstenite::{Error, Message};
-
-use crate::job::{Outbound, WsEvent, WsId, WsMessage};
+use crate::job::{Outbound, WsEvent, WsId};
 use crate::limits::{Limits, WS_CLOSE_TIMEOUT, WS_MAX_QUEUED_EVENTS};
+use crate::proto::frame::{self, Event, FrameReader, close_code, opcode};
 
-/// Initial size of tungstenite's input buffer per connection; it grows as frames need.
-const WS_CODEC_BUFFER_BYTES: usize = 1024;
-
-/// The connection's read buffer as tungstenite's input and its write buffer as its output.
-struct Pipe<'a> {
-    rbuf: &'a mut Vec<u8>,
-    wbuf: &'a mut Vec<u8>,
+/// Where the protocol is.
+#[derive(Debug)]
+enum Phase {
+    /// Messages flow both ways.
+    Open,
+    /// A Close goes out once the plugin has handled every message that arrived before it, so
+    /// its answers precede the Close: the echo of the peer's Close (`echo`), or the Close that
+    /// fails a connection whose peer broke the protocol. `peer_closed`: the peer's own Close
+    /// arrived meanwhile, so ours ends the handshake.
+    CloseDue {
+        code: Option<u16>,
+        reason: String,
+        echo: bool,
+        peer_closed: bool,
+    },
+    /// Our Close is out; reading on until the peer's Close or the close timeout.
+    CloseSent { at: Instant },
+    /// The handshake is over or the connection dropped: TCP closes once output is written.
+    Ended,
 }
 
-impl Read for Pipe<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.rbuf.is_empty() {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        let n = buf.len().min(self.rbuf.len());
-        buf[..n].copy_from_slice(&self.rbuf[..n]);
-        self.rbuf.drain(..n);
-        Ok(n)
-    }
-}
-
-impl Write for Pipe<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.wbuf.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+/// The close event, as the plugin sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CloseEvent {
+    NotQueued,
+    Queued,
+    Delivered,
 }
 
 /// One WebSocket connection's state.
@@ -56,21 +56,12 @@ pub struct WsConn {
     pub id: WsId,
     /// The plugin that accepted the upgrade; its current version gets the events.
     pub plugin: std::sync::Arc<str>,
-    ctx: WebSocketContext,
+    reader: FrameReader,
+    phase: Phase,
     events: VecDeque<WsEvent>,
     /// An event (the open event, first) is with a worker.
     in_flight: bool,
-    /// The close event was queued; nothing is queued after it.
-    close_queued: bool,
-    /// The peer broke the protocol: the Close frame that says so waits until the plugin has
-    /// handled (and answered) every message that arrived before the violation.
-    pending_failure: Option<CloseFrame>,
-    /// The close event was delivered.
-    close_delivered: bool,
-    /// TCP is to be closed once the output is written.
-    finished: bool,
-    /// When our Close frame went out, while we wait for the peer's.
-    close_sent: Option<Instant>,
+    close_event: CloseEvent,
     last_heard: Instant,
     ping_sent: Option<Instant>,
     ping_interval: Duration,
@@ -80,24 +71,14 @@ pub struct WsConn {
 impl WsConn {
     /// A connection whose open event is already running on a worker.
     pub fn new(id: WsId, plugin: std::sync::Arc<str>, limits: &Limits, now: Instant) -> Self {
-        // Small codec buffers: input comes from the connection's own buffer and output goes
-        // straight into it, so tungstenite's 128 KiB defaults per connection would be waste.
-        let config = WebSocketConfig::default()
-            .read_buffer_size(WS_CODEC_BUFFER_BYTES)
-            .write_buffer_size(0)
-            .max_message_size(Some(limits.ws_max_message_bytes))
-            .max_frame_size(Some(limits.ws_max_message_bytes));
         WsConn {
             id,
             plugin,
-            ctx: WebSocketContext::new(Role::Server, Some(config)),
+            reader: FrameReader::new(limits.ws_max_message_bytes),
+            phase: Phase::Open,
             events: VecDeque::new(),
             in_flight: true,
-            close_queued: false,
-            pending_failure: None,
-            close_delivered: false,
-            finished: false,
-            close_sent: None,
+            close_event: CloseEvent::NotQueued,
             last_heard: now,
             ping_sent: None,
             ping_interval: limits.ws_ping_interval,
@@ -106,22 +87,42 @@ impl WsConn {
     }
 
     /// Whether more input is wanted: not after the end, and not while the plugin is behind.
+    /// While closing, input is only followed (discarded), so it is always wanted.
     pub fn wants_input(&self) -> bool {
-        !self.finished && self.pending_failure.is_none() && self.events.len() < WS_MAX_QUEUED_EVENTS
+        match self.phase {
+            Phase::Open => self.events.len() < WS_MAX_QUEUED_EVENTS,
+            Phase::CloseDue { .. } | Phase::CloseSent { .. } => true,
+            Phase::Ended => false,
+        }
     }
 
     /// TCP should close once pending output is written.
     pub fn finished(&self) -> bool {
-        self.finished
+        matches!(self.phase, Phase::Ended)
+    }
+
+    /// Whether messages still arrive from the peer.
+    fn open(&self) -> bool {
+        matches!(self.phase, Phase::Open)
+    }
+
+    /// Whether messages from the plugin still go out: until our Close has.
+    pub fn can_send(&self) -> bool {
+        matches!(self.phase, Phase::Open | Phase::CloseDue { .. })
     }
 
     /// Everything is over: TCP is done and the plugin heard the close.
     pub fn done(&self) -> bool {
-        self.finished && self.close_delivered && !self.in_flight
+        self.finished() && self.close_event == CloseEvent::Delivered && !self.in_flight
     }
 
-    /// Parses buffered input into events. Control frames are answered by tungstenite (a Ping
-    /// gets its Pong; a Close gets its echo).
+    /// Bytes held for a message in progress.
+    pub fn buffered(&self) -> usize {
+        self.reader.buffered()
+    }
+
+    /// Reads buffered input into events, answering control frames into `wbuf` (a Ping gets
+    /// its Pong at once).
     ///
     /// Those answers count against the send backlog like any output: once `wbuf` holds more
     /// than `max_backlog` unsent bytes, reading stops until the peer reads, so a client that
@@ -133,164 +134,175 @@ impl WsConn {
         now: Instant,
         max_backlog: usize,
     ) {
-        // Until tungstenite says it needs more input: it buffers what it reads, so an empty
-        // `rbuf` does not mean every frame was seen.
-        while self.wants_input() && wbuf.len() <= max_backlog {
-            let mut pipe = Pipe { rbuf, wbuf };
-            let result = self.ctx.read(&mut pipe);
-            match result {
-                Ok(message) => {
-                    self.last_heard = now;
-                    self.ping_sent = None;
-                    match message {
-                        Message::Text(text) => {
-                            self.push(WsEvent::Message(WsMessage::Text(text.as_str().to_owned())))
-                        }
-                        Message::Binary(bytes) => {
-                            self.push(WsEvent::Message(WsMessage::Binary(bytes.to_vec())))
-                        }
-                        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
-                        Message::Close(frame) => {
-                            let (code, reason) = match frame {
-                                Some(f) => (u16::from(f.code), f.reason.as_str().to_owned()),
-                                None => (1005, String::new()),
-                            };
-                            self.queue_close(code, reason, true);
-                            // Write the echo (or, if we started the close, just finish).
-                            let _ = self.ctx.flush(&mut Pipe { rbuf, wbuf });
-                            self.finished = true;
-                        }
-                    }
-                }
-                Err(Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(Error::ConnectionClosed | Error::AlreadyClosed) => {
-                    self.queue_close(1006, String::new(), false);
-                    self.finished = true;
-                }
-                Err(e) => self.fail(e, rbuf),
+        let mut pos = 0;
+        while self.wants_input() && wbuf.len() <= max_backlog && pos < rbuf.len() {
+            let read = self.reader.read(&rbuf[pos..]);
+            pos += read.used;
+            if read.used > 0 {
+                self.last_heard = now;
+                self.ping_sent = None;
+            }
+            match read.outcome {
+                Ok(None) => break,
+                Ok(Some(event)) => self.on_frame(event, wbuf, now),
+                Err(violation) => self.fail(violation),
             }
         }
-        // Pongs (and the echo of a Close) are queued by tungstenite while reading; write them
-        // now rather than with the next frame that happens to arrive.
-        if self.ctx.can_write() {
-            let _ = self.ctx.flush(&mut Pipe { rbuf, wbuf });
+        rbuf.drain(..pos);
+    }
+
+    fn on_frame(&mut self, event: Event, wbuf: &mut Vec<u8>, now: Instant) {
+        match event {
+            Event::Message(message) => {
+                if self.open() {
+                    self.events.push_back(WsEvent::Message(message));
+                }
+            }
+            Event::Ping(payload) => {
+                if self.open() {
+                    frame::write_frame(wbuf, opcode::PONG, &payload);
+                }
+            }
+            Event::Pong => {}
+            Event::Close(close) => self.on_peer_close(close, wbuf, now),
         }
+    }
+
+    /// The peer's Close: echoed (after the plugin's answers to what came before), or the end
+    /// of a handshake we started.
+    fn on_peer_close(&mut self, close: Option<(u16, String)>, _wbuf: &mut Vec<u8>, _now: Instant) {
+        let (code, reason) = match &close {
+            Some((code, reason)) => (*code, reason.clone()),
+            None => (close_code::NO_STATUS, String::new()),
+        };
+        match &mut self.phase {
+            Phase::Open => {
+                self.queue_close(code, reason, true);
+                self.reader.discard();
+                self.phase = Phase::CloseDue {
+                    code: close.as_ref().map(|(c, _)| *c),
+                    reason: String::new(),
+                    echo: true,
+                    peer_closed: true,
+                };
+            }
+            Phase::CloseDue { peer_closed, .. } => *peer_closed = true,
+            Phase::CloseSent { .. } => {
+                self.queue_close(code, reason, true);
+                self.phase = Phase::Ended;
+            }
+            Phase::Ended => {}
+        }
+    }
+
+    /// The peer broke the protocol: it gets a Close with the code that says how (once the
+    /// plugin has handled what came before), and the rest of its input is only followed.
+    fn fail(&mut self, violation: frame::Violation) {
+        tracing::debug!(ws = self.id, "failing WebSocket: {violation}");
+        if !self.open() {
+            return;
+        }
+        self.queue_close(violation.close_code(), violation.reason().to_owned(), false);
+        self.phase = Phase::CloseDue {
+            code: Some(violation.close_code()),
+            reason: violation.reason().to_owned(),
+            echo: false,
+            peer_closed: false,
+        };
     }
 
     /// The peer closed TCP (or reset it).
     pub fn peer_gone(&mut self) {
-        if !self.close_queued {
+        if self.close_event == CloseEvent::NotQueued {
             tracing::debug!(
                 ws = self.id,
                 "WebSocket dropped without a closing handshake"
             );
         }
-        self.queue_close(1006, String::new(), false);
-        self.finished = true;
+        self.queue_close(close_code::ABNORMAL, String::new(), false);
+        self.phase = Phase::Ended;
     }
 
-    /// Fails the connection: Close with the code the violation calls for (once the plugin has
-    /// handled what came before; see [`WsConn::settle_failure`]), then TCP close.
-    fn fail(&mut self, error: Error, rbuf: &mut Vec<u8>) {
-        let (code, reason) = match &error {
-            Error::Capacity(CapacityError::MessageTooLong { .. }) => {
-                (CloseCode::Size, "message too big")
-            }
-            Error::Capacity(_) => (CloseCode::Size, "frame too big"),
-            Error::Utf8(_) => (CloseCode::Invalid, "invalid UTF-8"),
-            Error::Protocol(ProtocolError::ResetWithoutClosingHandshake) => {
-                self.peer_gone();
-                return;
-            }
-            Error::Protocol(_) => (CloseCode::Protocol, "protocol error"),
-            _ => (CloseCode::Error, "internal error"),
-        };
-        tracing::debug!(ws = self.id, "failing WebSocket: {error}");
-        rbuf.clear();
-        self.queue_close(u16::from(code), reason.to_owned(), false);
-        self.pending_failure = Some(CloseFrame {
+    /// Sends a due Close once the plugin has reached the close event, that is, once every
+    /// earlier message was handled and its answers queued ahead of the Close.
+    pub fn settle(&mut self, wbuf: &mut Vec<u8>, now: Instant) {
+        let reached = self.close_event != CloseEvent::NotQueued && self.events.is_empty();
+        if !reached {
+            return;
+        }
+        if let Phase::CloseDue {
             code,
-            reason: reason.into(),
-        });
-    }
-
-    /// Sends the Close of a protocol failure once the plugin reached the close event, that is,
-    /// once every earlier message was handled and its answers queued ahead of the Close.
-    pub fn settle_failure(&mut self, rbuf: &mut Vec<u8>, wbuf: &mut Vec<u8>) {
-        let close_reached = self.close_queued && self.events.is_empty();
-        if close_reached && let Some(frame) = self.pending_failure.take() {
-            let _ = self.ctx.close(&mut Pipe { rbuf, wbuf }, Some(frame));
-            self.finished = true;
+            reason,
+            echo,
+            peer_closed,
+        } = &self.phase
+        {
+            match code {
+                Some(code) => frame::write_close(wbuf, *code, reason),
+                None => frame::write_frame(wbuf, opcode::CLOSE, &[]),
+            }
+            self.phase = if *echo || *peer_closed {
+                Phase::Ended
+            } else {
+                Phase::CloseSent { at: now }
+            };
         }
     }
 
     /// A message from the plugin. Dropped once the connection is closing.
-    pub fn send(&mut self, message: Outbound, rbuf: &mut Vec<u8>, wbuf: &mut Vec<u8>) {
-        if !self.ctx.can_write() {
-            return;
-        }
-        let mut pipe = Pipe { rbuf, wbuf };
-        if self.ctx.write(&mut pipe, message).is_ok() {
-            let _ = self.ctx.flush(&mut pipe);
+    pub fn send(&mut self, message: &Outbound, wbuf: &mut Vec<u8>) {
+        if self.can_send() {
+            let code = if message.text {
+                opcode::TEXT
+            } else {
+                opcode::BINARY
+            };
+            frame::write_frame(wbuf, code, &message.payload);
         }
     }
 
     /// Starts the closing handshake: what is queued goes first, then Close; the peer has
-    /// [`WS_CLOSE_TIMEOUT`] to answer.
-    pub fn close(
-        &mut self,
-        code: u16,
-        reason: &str,
-        rbuf: &mut Vec<u8>,
-        wbuf: &mut Vec<u8>,
-        now: Instant,
-    ) {
-        if !self.ctx.can_write() {
-            return;
+    /// [`WS_CLOSE_TIMEOUT`] to answer. Messages the peer sends meanwhile are not delivered.
+    pub fn close(&mut self, code: u16, reason: &str, wbuf: &mut Vec<u8>, now: Instant) {
+        match self.phase {
+            Phase::Open => {
+                frame::write_close(wbuf, code, reason);
+                self.reader.discard();
+                self.phase = Phase::CloseSent { at: now };
+            }
+            Phase::CloseDue { echo: true, .. } => {
+                // The peer closed first: the plugin's Close is the echo, and ends the handshake.
+                frame::write_close(wbuf, code, reason);
+                self.phase = Phase::Ended;
+            }
+            // A failure's Close is due, or ours went out already.
+            Phase::CloseDue { .. } | Phase::CloseSent { .. } | Phase::Ended => {}
         }
-        let frame = CloseFrame {
-            code: CloseCode::from(code),
-            reason: reason.to_owned().into(),
-        };
-        let _ = self.ctx.close(&mut Pipe { rbuf, wbuf }, Some(frame));
-        self.close_sent = Some(now);
     }
 
     /// Pings a quiet peer, and gives up on one that stopped answering or never completed the
     /// closing handshake. Returns whether anything changed.
-    pub fn on_timer(&mut self, now: Instant, rbuf: &mut Vec<u8>, wbuf: &mut Vec<u8>) -> bool {
-        if self.finished {
-            return false;
-        }
-        if self
-            .close_sent
-            .is_some_and(|t| now.duration_since(t) >= WS_CLOSE_TIMEOUT)
-        {
-            self.queue_close(1006, String::new(), false);
-            self.finished = true;
-            return true;
-        }
-        match self.ping_sent {
-            Some(t) if now.duration_since(t) >= self.pong_timeout => {
-                tracing::debug!(ws = self.id, "WebSocket peer stopped answering pings");
-                self.queue_close(1006, String::new(), false);
-                self.finished = true;
+    pub fn on_timer(&mut self, now: Instant, wbuf: &mut Vec<u8>) -> bool {
+        match self.phase {
+            Phase::CloseSent { at } if now.saturating_duration_since(at) >= WS_CLOSE_TIMEOUT => {
+                self.queue_close(close_code::ABNORMAL, String::new(), false);
+                self.phase = Phase::Ended;
                 true
             }
-            None if now.duration_since(self.last_heard) >= self.ping_interval
-                && self.ctx.can_write() =>
-            {
-                let mut pipe = Pipe { rbuf, wbuf };
-                if self
-                    .ctx
-                    .write(&mut pipe, Message::Ping(Vec::new().into()))
-                    .is_ok()
-                {
-                    let _ = self.ctx.flush(&mut pipe);
+            Phase::Open => match self.ping_sent {
+                Some(t) if now.saturating_duration_since(t) >= self.pong_timeout => {
+                    tracing::debug!(ws = self.id, "WebSocket peer stopped answering pings");
+                    self.queue_close(close_code::ABNORMAL, String::new(), false);
+                    self.phase = Phase::Ended;
+                    true
                 }
-                self.ping_sent = Some(now);
-                true
-            }
+                None if now.saturating_duration_since(self.last_heard) >= self.ping_interval => {
+                    frame::write_frame(wbuf, opcode::PING, &[]);
+                    self.ping_sent = Some(now);
+                    true
+                }
+                _ => false,
+            },
             _ => false,
         }
     }
@@ -319,25 +331,133 @@ impl WsConn {
     /// The event in flight finished.
     pub fn event_done(&mut self) {
         self.in_flight = false;
-        if self.close_queued && self.events.is_empty() {
-            self.close_delivered = true;
+        if self.close_event == CloseEvent::Queued && self.events.is_empty() {
+            self.close_event = CloseEvent::Delivered;
         }
     }
 
-    fn push(&mut self, event: WsEvent) {
-        if !self.close_queued {
-            self.events.push_back(event);
-        }
-    }
-
+    /// Queues the close event for the plugin (once; nothing is queued after it).
     fn queue_close(&mut self, code: u16, reason: String, clean: bool) {
-        if !self.close_queued {
-            self.close_queued = true;
+        if self.close_event == CloseEvent::NotQueued {
+            self.close_event = CloseEvent::Queued;
             self.events.push_back(WsEvent::Close {
                 code,
                 reason,
                 clean,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::WsMessage;
+
+    fn masked(first: u8, payload: &[u8]) -> Vec<u8> {
+        let key = [1, 2, 3, 4];
+        let mut out = vec![first, 0x80 | payload.len() as u8];
+        out.extend_from_slice(&key);
+        out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+        out
+    }
+
+    fn conn() -> WsConn {
+        let limits = Limits {
+            ws_max_message_bytes: 100,
+            ..Limits::default()
+        };
+        let mut ws = WsConn::new(1, "p".into(), &limits, Instant::now());
+        ws.event_done(); // the open event
+        ws
+    }
+
+    fn drain_events(ws: &mut WsConn) -> Vec<WsEvent> {
+        let mut out = Vec::new();
+        while let Some(e) = ws.next_event() {
+            out.push(e);
+            ws.event_done();
+        }
+        out
+    }
+
+    #[test]
+    fn a_peers_close_is_echoed_after_the_answers_to_what_came_before() {
+        let mut ws = conn();
+        let mut rbuf = masked(0x81, b"hi");
+        rbuf.extend(masked(0x88, &[0x03, 0xe8]));
+        let mut wbuf = Vec::new();
+        ws.read_frames(&mut rbuf, &mut wbuf, Instant::now(), usize::MAX);
+        assert!(wbuf.is_empty(), "the echo waits for the plugin");
+        let first = ws.next_event().unwrap();
+        assert_eq!(first, WsEvent::Message(WsMessage::Text("hi".into())));
+        // The plugin answers, then finishes.
+        ws.send(&Outbound::text("answer"), &mut wbuf);
+        ws.event_done();
+        ws.settle(&mut wbuf, Instant::now());
+        assert!(!ws.finished(), "the close event is not reached yet");
+        let close = ws.next_event().unwrap();
+        assert!(matches!(
+            close,
+            WsEvent::Close {
+                code: 1000,
+                clean: true,
+                ..
+            }
+        ));
+        ws.settle(&mut wbuf, Instant::now());
+        assert_eq!(&wbuf[..2], &[0x81, 6]);
+        assert_eq!(&wbuf[8..], &[0x88, 2, 0x03, 0xe8]);
+        assert!(ws.finished());
+        ws.event_done();
+        assert!(ws.done());
+    }
+
+    #[test]
+    fn a_violation_waits_for_the_peers_close_before_tcp_closes() {
+        let mut ws = conn();
+        let mut rbuf = masked(0x82, &[0; 101][..]); // too big: len 101 > 100
+        rbuf[1] = 0x80 | 101;
+        let mut wbuf = Vec::new();
+        let now = Instant::now();
+        ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX);
+        assert!(matches!(
+            drain_events(&mut ws)[..],
+            [WsEvent::Close {
+                code: 1009,
+                clean: false,
+                ..
+            }]
+        ));
+        ws.settle(&mut wbuf, now);
+        assert_eq!(&wbuf[..4], &[0x88, 17, 0x03, 0xf1]);
+        assert!(!ws.finished(), "TCP stays open for the peer's Close");
+        // Then the peer's Close completes the handshake.
+        let mut rbuf = masked(0x88, &[0x03, 0xf1]);
+        ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX);
+        assert!(ws.finished());
+        assert!(ws.done());
+    }
+
+    #[test]
+    fn a_close_without_an_answer_ends_at_the_timeout() {
+        let mut ws = conn();
+        let mut wbuf = Vec::new();
+        let now = Instant::now();
+        ws.close(1000, "bye", &mut wbuf, now);
+        ws.send(&Outbound::text("late"), &mut wbuf);
+        assert_eq!(wbuf[0], 0x88, "nothing after our Close");
+        assert_eq!(wbuf.len(), 2 + 2 + 3);
+        assert!(!ws.on_timer(now + WS_CLOSE_TIMEOUT / 2, &mut wbuf));
+        assert!(ws.on_timer(now + WS_CLOSE_TIMEOUT, &mut wbuf));
+        assert!(ws.finished());
+        assert!(matches!(
+            drain_events(&mut ws)[..],
+            [WsEvent::Close {
+                code: 1006,
+                clean: false,
+                ..
+            }]
+        ));
     }
 }

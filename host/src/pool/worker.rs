@@ -16,7 +16,7 @@ use crate::runtime::plugin::Plugin;
 use crate::runtime::state::WsLink;
 
 /// Close code for a WebSocket whose plugin failed while handling one of its events.
-const CLOSE_INTERNAL_ERROR: u16 = 1011;
+const CLOSE_INTERNAL_ERROR: u16 = crate::proto::frame::close_code::INTERNAL_ERROR;
 
 pub(super) struct Worker {
     reply: ReplyTx,

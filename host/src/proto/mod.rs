@@ -4,12 +4,14 @@
 //! - [`request`] parses a request head (`Partial` until the blank line arrives);
 //! - [`body`] decodes a `Content-Length` or chunked body incrementally;
 //! - [`response`] encodes a response, with the headers the host owns and content negotiation;
-//! - [`error`] names every way a client can get the protocol wrong.
+//! - [`error`] names every way a client can get the protocol wrong;
+//! - [`ws`] checks a WebSocket handshake, and [`frame`] reads and writes WebSocket frames.
 
 pub mod body;
 pub mod date;
 pub mod encoding;
 pub mod error;
+pub mod frame;
 pub mod request;
 pub mod response;
 pub mod ws;
