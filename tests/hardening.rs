@@ -243,12 +243,13 @@ fn a59_drain_finishes_in_flight_work_refuses_the_rest_and_exits_0() {
         TcpStream::connect(addr).is_err(),
         "still accepting while draining"
     );
-    let resp = read_response(&mut BufReader::new(queued.try_clone().unwrap()), false);
-    assert_eq!(resp.status, 503);
     assert!(is_closed(&mut idle));
     let resp = read_response(&mut BufReader::new(busy.try_clone().unwrap()), false);
     assert_eq!(resp.text(), "slept 1500");
     assert!(is_closed(&mut busy));
+    // See: issue 12, item 10: queued work runs while the drain deadline allows it.
+    let resp = read_response(&mut BufReader::new(queued.try_clone().unwrap()), false);
+    assert_eq!((resp.status, resp.text()), (200, "queued".to_owned()));
     let status = s.wait_exit();
     assert!(status.success(), "{status}");
     assert!(
@@ -256,6 +257,58 @@ fn a59_drain_finishes_in_flight_work_refuses_the_rest_and_exits_0() {
         "{}",
         s.log()
     );
+}
+
+// See: issue 12, item 10.
+#[test]
+fn issue12_10_queued_requests_run_during_a_drain_and_only_what_cannot_start_gets_503() {
+    // Eight requests of 500 ms on two workers: all finish within a 10 s drain.
+    let mut s = probe()
+        .flag("--workers", 2)
+        .flag("--drain-timeout-ms", 10_000)
+        .start();
+    let clients: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut c = s.connect();
+            c.write_all(b"GET /probe/sleep?ms=500 HTTP/1.1\r\nHost: a\r\n\r\n")
+                .unwrap();
+            c
+        })
+        .collect();
+    s.signal("TERM");
+    for c in clients {
+        let resp = read_response(&mut BufReader::new(c), false);
+        assert_eq!((resp.status, resp.text()), (200, "slept 500".to_owned()));
+    }
+    assert!(s.wait_exit().success());
+    // One worker, a 1 s drain, a call of 30 s ahead of a queued request: the queued one cannot
+    // start before the deadline, and gets 503 when it passes.
+    let mut s = probe()
+        .flag("--workers", 1)
+        .flag("--drain-timeout-ms", 1000)
+        .arg("--admin")
+        .arg("127.0.0.1:0")
+        .start();
+    let admin = crate::admin::admin_addr(&s);
+    let mut busy = s.connect();
+    busy.write_all(b"GET /probe/sleep?ms=30000 HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let mut queued = s.connect();
+    queued
+        .write_all(b"GET /probe/status/200?body=queued HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    // Observed, not assumed: the second request waits in the queue.
+    let started = Instant::now();
+    while crate::admin::value(&crate::admin::scrape(admin), "ankh_queue_depth", &[]) < 1.0 {
+        assert!(started.elapsed() < PATIENCE, "the request never queued");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    s.signal("TERM");
+    let resp = read_response(&mut BufReader::new(queued), false);
+    assert_eq!(resp.status, 503);
+    assert!(is_closed(&mut busy));
+    assert!(s.wait_exit().success());
+    s.wait_for_log("drain deadline reached: answering 503 to requests no worker started");
 }
 
 #[test]

@@ -98,6 +98,8 @@ pub struct Options {
     pub command: Vec<String>,
     /// Extra environment variables.
     pub env: Vec<(String, String)>,
+    /// Environment variables removed (the harness sets `NO_COLOR`, for one).
+    pub env_removed: Vec<String>,
 }
 
 impl Options {
@@ -129,6 +131,12 @@ impl Options {
     /// Adds `--flag value`.
     pub fn flag(self, flag: &str, value: impl ToString) -> Self {
         self.arg(flag).arg(&value.to_string())
+    }
+
+    /// Starts the server without the environment variable `name`.
+    pub fn env_remove(mut self, name: &str) -> Self {
+        self.env_removed.push(name.to_owned());
+        self
     }
 
     pub fn fd_limit(mut self, n: u32) -> Self {
@@ -209,6 +217,9 @@ impl TestServer {
             Some(None) => {
                 command.env_remove("RUST_LOG");
             }
+        }
+        for name in &options.env_removed {
+            command.env_remove(name);
         }
         let mut child = command.spawn().expect("starting ankh");
         let log = Arc::new(Mutex::new(String::new()));

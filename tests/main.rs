@@ -37,3 +37,7 @@ mod python;
 mod hardening;
 // Isolation between plugins, and bounds on every resource a plugin or client can grow: issue 11.
 mod isolation;
+// Real clients nobody here wrote (Node, Python), where they tripped: issue 12.
+mod clients;
+// Logs a person can read: colour, one event per failure, access lines of host answers.
+mod logs;

@@ -224,3 +224,51 @@ fn plugins_get_no_filesystem_network_or_environment_by_default() {
     assert!(body.starts_with("error"), "{body}");
     assert_eq!(s.get("/probe/status/200?body=fine").1, "fine");
 }
+
+// See: issue 12, item 11. Before: after large requests every worker's instance kept its peak
+// memory for the life of the process.
+#[test]
+fn issue12_11_an_instance_whose_memory_grew_is_replaced_after_its_call() {
+    use crate::admin::{admin_addr, scrape, value};
+    let s = Options::default()
+        .plugin(plugins::ECHO)
+        .flag("--workers", 1)
+        .arg("--admin")
+        .arg("127.0.0.1:0")
+        .start();
+    let admin = admin_addr(&s);
+    let memory = || {
+        value(
+            &scrape(admin),
+            "ankh_plugin_instance_memory_bytes",
+            &[("plugin", "echo")],
+        )
+    };
+    assert_eq!(s.get("/echo/small").0, 200);
+    let start = memory();
+    assert!(start > 0.0);
+    // A 4 MiB body, copied into the guest and echoed back, grows its memory past 8 MiB.
+    let body = vec![b'x'; 4 << 20];
+    let mut c = s.connect();
+    c.write_all(
+        format!(
+            "POST /echo/big HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    c.write_all(&body).unwrap();
+    let resp = read_response(&mut std::io::BufReader::new(c), false);
+    assert_eq!(resp.status, 200);
+    let recycled = value(
+        &scrape(admin),
+        "ankh_plugin_memory_recycles_total",
+        &[("plugin", "echo")],
+    );
+    assert_eq!(recycled, 1.0);
+    assert!(memory() <= start, "{} > {start}", memory());
+    // The next request gets a fresh, small instance.
+    assert_eq!(s.get("/echo/small").0, 200);
+    assert!(memory() <= start + 1_048_576.0, "{} vs {start}", memory());
+}

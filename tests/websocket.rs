@@ -712,3 +712,39 @@ fn chat_rooms_relay_messages_with_join_and_leave_notices() {
     let m = json(&mut eve);
     assert_eq!(m["text"], "anyone?");
 }
+
+// See: issue 12, item 5. Publishes from different workers reach every subscriber of the
+// topic in one order (one reply per publish, fanned out by the I/O thread). Across
+// connections there is no other order: the README says so.
+#[test]
+fn issue12_5_every_subscriber_sees_a_topics_messages_in_one_order() {
+    let s = Options::default()
+        .plugin(plugins::WSPROBE)
+        .flag("--workers", 4)
+        .start();
+    let mut subscribers: Vec<Client> = (0..2)
+        .map(|_| {
+            let (mut ws, _) = probe_client(&s);
+            send(&mut ws, "sub:order");
+            assert_eq!(text(&mut ws), "subscribed true");
+            ws
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        for who in ["a", "b", "c"] {
+            let s = &s;
+            scope.spawn(move || {
+                let (mut ws, _) = probe_client(s);
+                for i in 0..40 {
+                    send(&mut ws, &format!("pub:order:{who}{i}"));
+                    assert_eq!(text(&mut ws), "published 2");
+                }
+            });
+        }
+    });
+    let orders: Vec<Vec<String>> = subscribers
+        .iter_mut()
+        .map(|ws| (0..120).map(|_| text(ws)).collect())
+        .collect();
+    assert_eq!(orders[0], orders[1]);
+}

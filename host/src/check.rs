@@ -37,14 +37,19 @@ pub fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report> {
     .context("cannot set up the wasm runtime")?;
     let mut text = String::new();
     let name = plugin_name(path);
-    let size = std::fs::metadata(path)
-        .with_context(|| format!("cannot read {}", path.display()))?
-        .len();
+    let metadata =
+        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if metadata.is_dir() {
+        anyhow::bail!(
+            "{} is a directory: check one plugin file (NAME.wasm) at a time",
+            path.display()
+        );
+    }
     let _ = writeln!(
         text,
-        "file:     {} ({} KiB)",
+        "file:     {} ({})",
         path.display(),
-        size.div_ceil(1024)
+        size(metadata.len())
     );
     match name {
         Some(name) => {
@@ -102,6 +107,15 @@ pub fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report> {
     Ok(Report { text, accepted })
 }
 
+/// A file size as a person reads it: bytes below a KiB, KiB below a MiB, then MiB.
+fn size(bytes: u64) -> String {
+    match bytes {
+        0..1024 => format!("{bytes} bytes"),
+        1024..1_048_576 => format!("{} KiB", bytes.div_ceil(1024)),
+        _ => format!("{:.1} MiB", bytes as f64 / 1_048_576.0),
+    }
+}
+
 /// The policy in words.
 fn describe(policy: &Policy, text: &mut String) {
     let from = policy
@@ -128,10 +142,20 @@ fn describe(policy: &Policy, text: &mut String) {
     );
     let _ = writeln!(
         text,
+        "  time limit:    {} ms per call, waits included",
+        policy.handler_timeout.as_millis()
+    );
+    let _ = writeln!(
+        text,
         "  memory cap:    {} MiB per instance",
         policy.memory_bytes >> 20
     );
     let _ = writeln!(text, "  max body:      {} bytes", policy.max_body_bytes);
+    let _ = writeln!(
+        text,
+        "  key-value:     {} bytes at most",
+        policy.kv_max_bytes
+    );
     if let Some(n) = policy.max_concurrency {
         let _ = writeln!(text, "  concurrency:   {n} requests at once");
     }
@@ -141,9 +165,14 @@ fn describe(policy: &Policy, text: &mut String) {
         (false, None) => "one per worker, reused across requests".to_owned(),
     };
     let _ = writeln!(text, "  instances:     {mode}");
+    let clocks = if policy.precise_clocks {
+        "precise clocks"
+    } else {
+        "clocks (100 µs steps)"
+    };
     let _ = writeln!(
         text,
-        "  capabilities:  clocks, random, stdout/stderr (into the log)"
+        "  capabilities:  {clocks}, random, stdout/stderr (into the log)"
     );
     for (name, _) in &policy.env {
         let _ = writeln!(text, "                 env {name}");

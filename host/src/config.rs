@@ -151,10 +151,12 @@ pub struct Overrides {
 /// A bad configuration value, with where it came from.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    /// The OS error is part of the message and not a `source`, so that a chain-printing
+    /// reporter (`{:#}`) does not print it twice.
+    #[error("cannot read config file {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("invalid config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
@@ -186,9 +188,9 @@ impl Origin<'_> {
 impl FileConfig {
     /// Reads and parses a config file.
     pub fn read(path: &Path) -> Result<(FileConfig, String), ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         let file = toml::from_str(&text).map_err(|e: toml::de::Error| ConfigError::Parse {
             path: path.to_owned(),
@@ -217,6 +219,26 @@ fn inside(path: &Path, dir: &Path) -> bool {
         })
     };
     absolute(path).starts_with(absolute(dir))
+}
+
+/// `IP:PORT`, or `NAME:PORT` resolved as every server resolves its listen address (the
+/// first IPv4 address of the name, else its first address).
+fn resolve(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    if !text.contains(':') {
+        return Err("no port".to_owned());
+    }
+    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(text)
+        .map_err(|e| e.to_string())?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| "the name has no address".to_owned())
 }
 
 /// Picks a flag over a file value over nothing, remembering which.
@@ -276,10 +298,10 @@ impl ServeConfig {
 
         let (listen, listen_span) = pick(flags.listen.clone(), f.listen.as_ref());
         let listen_text = listen.unwrap_or_else(|| "127.0.0.1:8080".to_owned());
-        let listen: SocketAddr = listen_text.parse().map_err(|_| ConfigError::Value {
+        let listen = resolve(&listen_text).map_err(|why| ConfigError::Value {
             origin: origin.describe("--listen", "listen", listen_span),
             message: format!(
-                "invalid address {listen_text:?}: expected IP:PORT, e.g. 127.0.0.1:8080"
+                "invalid address {listen_text:?}: expected IP:PORT or HOST:PORT, e.g. 127.0.0.1:8080 ({why})"
             ),
         })?;
         let relative_to_file = |p: PathBuf, from_file: bool| match (&base, from_file) {
@@ -293,9 +315,11 @@ impl ServeConfig {
         );
         let (admin, admin_span) = pick(flags.admin.clone(), f.admin.as_ref());
         let admin = match admin {
-            Some(text) => Some(text.parse::<SocketAddr>().map_err(|_| ConfigError::Value {
+            Some(text) => Some(resolve(&text).map_err(|why| ConfigError::Value {
                 origin: origin.describe("--admin", "admin", admin_span),
-                message: format!("invalid address {text:?}: expected IP:PORT, e.g. 127.0.0.1:9090"),
+                message: format!(
+                    "invalid address {text:?}: expected IP:PORT or HOST:PORT, e.g. 127.0.0.1:9090 ({why})"
+                ),
             })?),
             None => None,
         };
@@ -722,6 +746,9 @@ mod tests {
             e,
             "/etc/ankh/ankh.toml:4: limits.queue_depth: must be between 1 and 1048576, got 0"
         );
+        // See: issue 12, item 9: names resolve, as for every server.
+        let c = from_text("listen = \"localhost:9000\"\n", Overrides::default()).unwrap();
+        assert!(c.listen.ip().is_loopback() && c.listen.port() == 9000);
         let e = from_text("listen = \"nope\"\n", Overrides::default()).unwrap_err();
         assert!(
             e.starts_with("/etc/ankh/ankh.toml:1: listen: invalid address"),

@@ -135,6 +135,12 @@ pub enum Reply {
     EventDone { conn: ConnId, ws: WsId },
     /// A plugin sends a message on `ws`.
     Send { ws: WsId, message: Outbound },
+    /// A plugin publishes a message to a topic whose subscribers were these. One reply for
+    /// all of them, so every subscriber sees the topic's messages in one order.
+    Publish {
+        subscribers: Vec<WsId>,
+        message: Outbound,
+    },
     /// A plugin closes `ws`.
     Close { ws: WsId, code: u16, reason: String },
 }

@@ -59,6 +59,12 @@ pub const GUEST_CLOCK_RESOLUTION: Duration = Duration::from_micros(100);
 /// without it (the plugin is mounted once it has started, like a hot reload).
 pub const PLUGIN_START_GRACE: Duration = Duration::from_secs(1);
 
+/// An instance whose linear memory grew by more than this during its life is replaced after
+/// the call that grew it: wasm memory never shrinks, and a burst of large requests must not
+/// pin workers × plugins × their peak for the life of the process. Policy:
+/// `instances.recycle_growth_mib`.
+pub const INSTANCE_RECYCLE_GROWTH_BYTES: usize = 8 * 1024 * 1024;
+
 /// Distinct plugins one worker keeps an instance of; sizes the pooling allocator.
 pub const INSTANCES_PER_WORKER: u32 = 16;
 
@@ -115,9 +121,17 @@ pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// open is closed.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long a closed connection waits for the client to close after our last response, so
-/// that the response is not destroyed by a reset.
-pub const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
+/// After an answer that closes the connection (an error, or `Connection: close`), the server
+/// shuts down its sending side and reads on, discarding, so that a client still uploading
+/// a body reads the answer instead of a reset (RFC 9112 §9.6; nginx's `lingering_close`).
+/// It stops when the client closes, or after this long in all...
+pub const LINGER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// ...or after this long without a byte from the client...
+pub const LINGER_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// ...or once this many bytes were discarded.
+pub const LINGER_MAX_BYTES: usize = 64 * 1024 * 1024;
 
 /// Largest WebSocket message a client may send, in bytes; a frame declaring more is refused
 /// with Close 1009 as soon as its length is read, before its payload is buffered.

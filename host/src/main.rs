@@ -27,8 +27,13 @@ fn init_logging(log: &LogConfig) {
     if !log.access_log {
         filter = filter.add_directive("ankh::access=off".parse().expect("a valid directive"));
     }
+    // Colour only for a person at a terminal: a log file or a pipe gets plain text, and
+    // NO_COLOR (https://no-color.org) turns it off everywhere.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     if log.json {
         logs.json().init();

@@ -48,6 +48,10 @@ pub struct PluginMetrics {
     /// Calls dropped or stopped because their client disconnected.
     pub cancellations: AtomicU64,
     pub memory_high_water_bytes: AtomicU64,
+    /// Linear memory of this plugin's live instances, together.
+    pub instance_memory_bytes: AtomicI64,
+    /// Instances replaced because their memory grew past `recycle_growth_mib`.
+    pub memory_recycles: AtomicU64,
     pub live_instances: AtomicI64,
     pub reloads: AtomicU64,
 }
@@ -177,7 +181,7 @@ impl Metrics {
                 "ankh_plugin_request_duration_seconds_count{{plugin=\"{plugin}\"}} {count}"
             );
         }
-        let per_plugin: [Family; 7] = [
+        let per_plugin: [Family; 9] = [
             (
                 "ankh_plugin_traps_total",
                 "Calls that trapped.",
@@ -215,6 +219,18 @@ impl Metrics {
             ("ankh_plugin_instances", "Live instances.", "gauge", |m| {
                 m.live_instances.load(Ordering::Relaxed).to_string()
             }),
+            (
+                "ankh_plugin_instance_memory_bytes",
+                "Linear memory of the plugin's live instances, together.",
+                "gauge",
+                |m| m.instance_memory_bytes.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "ankh_plugin_memory_recycles_total",
+                "Instances replaced after a call because their memory grew past recycle_growth_mib.",
+                "counter",
+                |m| m.memory_recycles.load(Ordering::Relaxed).to_string(),
+            ),
             (
                 "ankh_plugin_reloads_total",
                 "Times a new version replaced the running one.",

@@ -42,6 +42,12 @@ impl Server {
     pub fn bind(config: &ServeConfig) -> anyhow::Result<Server> {
         raise_fd_limit();
         let dir = &config.plugins_dir;
+        if dir.is_file() {
+            bail!(
+                "plugins directory {} is a file, not a directory (pass --plugins DIR)",
+                dir.display()
+            );
+        }
         if !dir.is_dir() {
             bail!(
                 "plugins directory {} does not exist (create it, or pass --plugins DIR)",
@@ -85,6 +91,13 @@ impl Server {
         loads
             .load_dir(dir)
             .with_context(|| format!("cannot read plugins directory {}", dir.display()))?;
+        if registry.snapshot().is_empty() {
+            tracing::warn!(
+                dir = %dir.display(),
+                "no plugin is mounted: every request gets 404 until a NAME.wasm is added{}",
+                if config.watch { "" } else { " (and --no-watch is on: none will be)" }
+            );
+        }
 
         let (poll, waker) = EventLoop::poll_and_waker()?;
         let wake = waker.clone();

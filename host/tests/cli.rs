@@ -144,3 +144,47 @@ fn help_documents_every_flag_and_version_prints() {
     let out = ankh(&["frobnicate"]);
     assert!(!out.status.success());
 }
+
+// See: issue 12, item 9.
+#[test]
+fn cli_messages_say_what_is_wrong() {
+    let dir = TempDir::new(line!().to_string().as_str());
+    let file = dir.path().join("eleven.wasm");
+    std::fs::write(&file, "hello world").unwrap();
+    let file = file.to_str().unwrap();
+    // --plugins naming a file.
+    let out = ankh(&["serve", "--plugins", file]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is a file, not a directory"),
+        "{}",
+        stderr(&out)
+    );
+    // check on a directory, and on a file that is not wasm at all.
+    let out = ankh(&["check", dir.path().to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("is a directory"), "{}", stderr(&out));
+    let out = ankh(&["check", file]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!out.status.success());
+    assert!(stdout.contains("(11 bytes)"), "{stdout}");
+    assert!(stdout.contains("is not a WebAssembly file"), "{stdout}");
+    assert!(!stdout.contains("KiB"), "{stdout}");
+    // A missing config file: the OS error once.
+    let out = ankh(&["serve", "--config", "/nonexistent/ankh.toml"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    // A name resolves, as for every server: the server starts (and --print-config says where).
+    let out = ankh(&[
+        "serve",
+        "--listen",
+        "localhost:0",
+        "--plugins",
+        dir.path().to_str().unwrap(),
+        "--print-config",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(printed.contains("listen = \"127.0.0.1:0\""), "{printed}");
+}

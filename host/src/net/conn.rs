@@ -24,7 +24,9 @@ use super::ws::WsConn;
 use crate::dispatch::{Dispatcher, Immediate, Undelivered};
 use crate::hub::Hub;
 use crate::job::{ConnId, Outbound, WsEvent, WsId};
-use crate::limits::{LINGER_TIMEOUT, Limits, READ_CHUNK_BYTES};
+use crate::limits::{
+    LINGER_IDLE_TIMEOUT, LINGER_MAX_BYTES, LINGER_TIMEOUT, Limits, READ_CHUNK_BYTES,
+};
 use crate::proto::body::BodyDecoder;
 use crate::proto::frame::close_code;
 use crate::proto::request::{self, Framing, RequestHead};
@@ -45,9 +47,6 @@ const IDLE_BUFFER_BYTES: usize = 16 * 1024;
 
 /// The methods `OPTIONS *` lists: what plugins may route (the router's own set, and OPTIONS).
 const SERVER_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS";
-
-/// Bytes read and discarded after an error response before the socket is closed anyway.
-const LINGER_MAX_BYTES: usize = 256 * 1024;
 
 /// A byte stream a connection runs on: a TCP socket in the server, memory in the fuzzer.
 pub trait Transport: Read + Write {
@@ -83,8 +82,12 @@ enum State {
     /// The last response is queued; close once it is written.
     Closing,
     /// Our side is shut down; reading and discarding until the client closes, so that the
-    /// response is not destroyed by a reset.
-    Lingering { since: Instant, discarded: usize },
+    /// response is not destroyed by a reset (bounded by the `LINGER_*` limits).
+    Lingering {
+        since: Instant,
+        last_read: Instant,
+        discarded: usize,
+    },
     /// Upgraded: speaking WebSocket.
     WebSocket(Box<WsConn>),
 }
@@ -112,6 +115,9 @@ pub struct Conn<S> {
     seq: u64,
     /// Cancels the call handling the current request, should the client leave.
     in_flight: Option<Cancel>,
+    /// The method and path of the current request, once its head is parsed: for the access
+    /// log of an answer the host makes itself.
+    current: Option<(String, String)>,
     eof: bool,
     /// The socket may have unread input: set by a readiness event, cleared when a read would
     /// block or comes back short. Saves a `read` syscall per request (see [`Conn::read`]).
@@ -141,6 +147,7 @@ impl<S: Transport> Conn<S> {
             state: State::Head,
             seq: 0,
             in_flight: None,
+            current: None,
             eof: false,
             readable: true,
             read_closed: false,
@@ -193,6 +200,7 @@ impl<S: Transport> Conn<S> {
         self.queue_owned_output(bytes);
         self.seq += 1;
         self.in_flight = None;
+        self.current = None;
         self.state = if close || ctx.draining {
             State::Closing
         } else {
@@ -215,6 +223,7 @@ impl<S: Transport> Conn<S> {
         self.queue_output(bytes);
         self.seq += 1;
         self.in_flight = None;
+        self.current = None;
         let mut conn = WsConn::new(ws, plugin, ctx.limits, Instant::now());
         if ctx.draining {
             self.compact();
@@ -298,6 +307,7 @@ impl<S: Transport> Conn<S> {
             retry_after: None,
         };
         self.answer(&immediate, Version::Http11, false, false);
+        self.current = None;
         self.advance(ctx)
     }
 
@@ -324,8 +334,12 @@ impl<S: Transport> Conn<S> {
             return Liveness::Closed;
         }
         match self.state {
-            State::Lingering { since, .. } => {
-                if now.saturating_duration_since(since) >= LINGER_TIMEOUT {
+            State::Lingering {
+                since, last_read, ..
+            } => {
+                if now.saturating_duration_since(since) >= LINGER_TIMEOUT
+                    || now.saturating_duration_since(last_read) >= LINGER_IDLE_TIMEOUT
+                {
                     return Liveness::Closed;
                 }
             }
@@ -408,8 +422,10 @@ impl<S: Transport> Conn<S> {
                     if self.eof {
                         return Liveness::Closed;
                     }
+                    let now = Instant::now();
                     self.state = State::Lingering {
-                        since: Instant::now(),
+                        since: now,
+                        last_read: now,
                         discarded: 0,
                     };
                     continue;
@@ -582,8 +598,16 @@ impl<S: Transport> Conn<S> {
     fn process(&mut self, ctx: &mut Ctx<'_>) -> Result<bool, ProtoError> {
         match &mut self.state {
             State::Waiting | State::Closing | State::WebSocket(_) => Ok(false),
-            State::Lingering { discarded, .. } => {
+            State::Lingering {
+                discarded,
+                last_read,
+                ..
+            } => {
+                if self.rbuf.is_empty() {
+                    return Ok(false);
+                }
                 *discarded += self.rbuf.len();
+                *last_read = Instant::now();
                 self.rbuf.clear();
                 if *discarded > LINGER_MAX_BYTES {
                     self.eof = true;
@@ -603,6 +627,7 @@ impl<S: Transport> Conn<S> {
                     Status::Complete(head, used) => (head, used),
                 };
                 self.rbuf.drain(..used);
+                self.current = Some((head.method.clone(), head.path.clone()));
                 if head.path == "*" {
                     // `OPTIONS *` asks about the server itself (RFC 9110 §9.3.7).
                     self.answer_server_options(&head);
@@ -679,13 +704,6 @@ impl<S: Transport> Conn<S> {
         ctx: &mut Ctx<'_>,
     ) {
         let (version, is_head, keep_alive) = (head.version, head.is_head(), head.keep_alive);
-        let access = Access {
-            remote: self.peer,
-            method: head.method.clone(),
-            path: head.path.clone(),
-            received: Instant::now(),
-            metrics: None,
-        };
         self.state = State::Waiting;
         if ctx.draining {
             let immediate = Immediate {
@@ -693,7 +711,6 @@ impl<S: Transport> Conn<S> {
                 message: "the server is shutting down".to_owned(),
                 retry_after: None,
             };
-            access.log(immediate.status, 0, "-", None);
             self.answer(&immediate, version, is_head, false);
             return;
         }
@@ -708,10 +725,7 @@ impl<S: Transport> Conn<S> {
             cancel.clone(),
         ) {
             Ok(()) => self.in_flight = Some(cancel),
-            Err(immediate) => {
-                access.log(immediate.status, 0, "-", None);
-                self.answer(&immediate, version, is_head, keep_alive);
-            }
+            Err(immediate) => self.answer(&immediate, version, is_head, keep_alive),
         }
     }
 
@@ -726,14 +740,8 @@ impl<S: Transport> Conn<S> {
         let mut out = Vec::new();
         let keep_alive =
             response::encode_simple(200, &[("allow", SERVER_METHODS)], "", &req, &mut out);
-        Access {
-            remote: self.peer,
-            method: head.method.clone(),
-            path: head.path.clone(),
-            received: Instant::now(),
-            metrics: None,
-        }
-        .log(200, out.len(), "-", None);
+        self.log_answer(200, out.len());
+        self.current = None;
         self.queue_output(&out);
         self.seq += 1;
         self.state = if keep_alive {
@@ -762,6 +770,8 @@ impl<S: Transport> Conn<S> {
         let mut out = Vec::new();
         let keep_alive =
             response::encode_simple(immediate.status, extra, &immediate.message, &req, &mut out);
+        self.log_answer(immediate.status, out.len());
+        self.current = None;
         self.queue_output(&out);
         self.seq += 1;
         self.state = if keep_alive {
@@ -771,17 +781,26 @@ impl<S: Transport> Conn<S> {
         };
     }
 
+    /// The access-log line of an answer the host made itself: the request's method and path
+    /// when its head was parsed (`-` when it never was), and the bytes of the answer.
+    fn log_answer(&self, status: u16, bytes: usize) {
+        let (method, path) = self
+            .current
+            .clone()
+            .unwrap_or_else(|| ("-".to_owned(), "-".to_owned()));
+        Access {
+            remote: self.peer,
+            method,
+            path,
+            received: Instant::now(),
+            metrics: None,
+        }
+        .log(status, bytes, "-", None);
+    }
+
     /// Answers a protocol error and closes: the framing of what follows cannot be trusted.
     fn fail(&mut self, e: ProtoError) {
         tracing::debug!(conn = ?self.id, peer = %self.peer, "protocol error: {e}");
-        let access = Access {
-            remote: self.peer,
-            method: "-".to_owned(),
-            path: "-".to_owned(),
-            received: Instant::now(),
-            metrics: None,
-        };
-        access.log(e.status(), 0, "-", None);
         self.rbuf.clear();
         let req = RequestMeta {
             version: Version::Http11,
@@ -791,6 +810,8 @@ impl<S: Transport> Conn<S> {
         };
         let mut out = Vec::new();
         response::encode_simple(e.status(), &[], &e.to_string(), &req, &mut out);
+        self.log_answer(e.status(), out.len());
+        self.current = None;
         self.queue_output(&out);
         self.state = State::Closing;
     }

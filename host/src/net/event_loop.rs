@@ -183,6 +183,9 @@ impl EventLoop {
                     return Ok(Ended::Drained);
                 }
                 if Instant::now() >= deadline {
+                    // What never reached a worker gets its 503 now (written if the socket
+                    // takes it); the rest is closed.
+                    self.refuse_unstarted();
                     return Ok(Ended::ForceClosed(self.conns.len()));
                 }
             }
@@ -366,6 +369,17 @@ impl EventLoop {
                         self.drive(conn.slot, Some(conn), |c, ctx| c.on_ws_send(message, ctx));
                     }
                 }
+                Reply::Publish {
+                    subscribers,
+                    message,
+                } => {
+                    for ws in subscribers {
+                        if let Some(&conn) = self.websockets.get(&ws) {
+                            let message = message.clone();
+                            self.drive(conn.slot, Some(conn), |c, ctx| c.on_ws_send(message, ctx));
+                        }
+                    }
+                }
                 Reply::Close { ws, code, reason } => {
                     if let Some(&conn) = self.websockets.get(&ws) {
                         self.drive(conn.slot, Some(conn), |c, ctx| {
@@ -387,25 +401,36 @@ impl EventLoop {
         }
     }
 
-    /// Stops accepting at once, answers requests no worker started with 503, and closes
-    /// idle connections; busy ones close after their in-flight response.
+    /// Stops accepting at once and closes idle connections; busy ones close after their
+    /// in-flight response. Queued requests still run while the drain deadline allows: only
+    /// those no worker has started by then get 503 (see [`EventLoop::refuse_unstarted`]).
     fn begin_drain(&mut self) {
         self.drain_deadline = Some(Instant::now() + self.limits.drain_timeout);
         if let Some(mut listener) = self.listener.take() {
             let _ = self.poll.registry().deregister(&mut listener);
         }
-        let unstarted = self.dispatcher.take_unstarted_requests();
         tracing::info!(
             connections = self.conns.len(),
-            unstarted = unstarted.len(),
+            queued = self.dispatcher.queued(),
             deadline_ms = self.limits.drain_timeout.as_millis() as u64,
             "draining: no longer accepting"
         );
-        for (id, seq) in unstarted {
-            self.drive(id.slot, Some(id), |conn, ctx| conn.on_unstarted(seq, ctx));
-        }
         for slot in self.slots() {
             self.drive(slot, None, |conn, ctx| conn.on_drain(ctx));
+        }
+    }
+
+    /// Answers 503 to every request no worker has started.
+    fn refuse_unstarted(&mut self) {
+        let unstarted = self.dispatcher.take_unstarted_requests();
+        if !unstarted.is_empty() {
+            tracing::warn!(
+                requests = unstarted.len(),
+                "drain deadline reached: answering 503 to requests no worker started"
+            );
+        }
+        for (id, seq) in unstarted {
+            self.drive(id.slot, Some(id), |conn, ctx| conn.on_unstarted(seq, ctx));
         }
     }
 

@@ -85,7 +85,10 @@ impl Worker {
     }
 
     /// Logs a failed call and forgets the instance that failed.
-    fn discard(&mut self, plugin: &Plugin, failure: &Failure, context: &str) {
+    /// One log event per failure, whatever the format: the plugin and the request (when there
+    /// is one) as fields, and the guest's backtrace as one escaped field, not as lines of
+    /// their own.
+    fn discard(&mut self, plugin: &Plugin, failure: &Failure, request: Option<u64>, context: &str) {
         self.instances.remove(&plugin.name);
         let m = &plugin.metrics;
         let counter = match failure.error {
@@ -95,10 +98,12 @@ impl Worker {
             _ => &m.traps,
         };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let request = request.map_or_else(|| "-".to_owned(), |id| format!("{id:016x}"));
         if matches!(failure.error, InvokeError::Cancelled) {
             // Not the plugin's fault, and routine under load: no backtrace.
             tracing::info!(
                 plugin = %plugin.name,
+                %request,
                 "plugin `{}` call stopped ({context}): the client disconnected; a fresh instance takes the next call",
                 plugin.name
             );
@@ -106,11 +111,42 @@ impl Worker {
         }
         tracing::error!(
             plugin = %plugin.name,
-            "plugin `{}` {} ({context}); instance discarded\n{}",
+            %request,
+            backtrace = failure.report.as_str(),
+            "plugin `{}` {} ({context}); instance discarded",
             plugin.name,
             failure.error,
-            failure.report
         );
+    }
+
+    /// After a call: replaces the instance if its policy says so (a fresh one per request,
+    /// a bounded number of calls each), or if its memory grew past the policy's bound (wasm
+    /// memory never shrinks; a fresh instance starts small again).
+    /// The instance modes count requests; memory growth counts after any call.
+    fn recycle_if_due(&mut self, plugin: &Plugin, after_request: bool) {
+        let Some(instance) = self.instances.get(&plugin.name) else {
+            return;
+        };
+        let policy = &plugin.policy;
+        let by_mode =
+            policy.fresh_instances || policy.recycle_after.is_some_and(|n| instance.calls >= n);
+        if after_request && by_mode {
+            self.instances.remove(&plugin.name);
+            return;
+        }
+        let grown = instance.grown_bytes();
+        if grown > policy.recycle_growth_bytes {
+            tracing::debug!(
+                plugin = %plugin.name,
+                grown,
+                "instance replaced: its memory grew past the recycle bound"
+            );
+            plugin
+                .metrics
+                .memory_recycles
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.instances.remove(&plugin.name);
+        }
     }
 
     fn serve(&mut self, job: RequestJob) {
@@ -132,7 +168,7 @@ impl Worker {
             Ok(instance) => instance,
             Err(failure) => {
                 let context = format!("instantiating for request {:016x}", job.request_id);
-                self.discard(&plugin, &failure, &context);
+                self.discard(&plugin, &failure, Some(job.request_id), &context);
                 let message =
                     call.error_message(&format!("could not be instantiated: {}", failure.error));
                 call.respond_error(failure.error.status(), &message);
@@ -148,11 +184,7 @@ impl Worker {
         // The call is over: free the plugin's concurrency slot before the response leaves, so
         // a client that sends its next request on receipt finds the slot free.
         drop(slot);
-        // Instance modes: a fresh instance per request, or a bounded number of calls each.
-        let policy = &plugin.policy;
-        if policy.fresh_instances || policy.recycle_after.is_some_and(|n| instance.calls >= n) {
-            self.instances.remove(&plugin.name);
-        }
+        self.recycle_if_due(&plugin, true);
         match result {
             Ok(types::Outcome::Respond(response)) => {
                 let headers: Vec<_> = response
@@ -179,7 +211,7 @@ impl Worker {
             }
             Err(failure) => {
                 let context = format!("request {:016x}", call.request_id);
-                self.discard(&plugin, &failure, &context);
+                self.discard(&plugin, &failure, Some(call.request_id), &context);
                 if matches!(failure.error, InvokeError::Cancelled) {
                     call.abandon(failure.error.status());
                 } else {
@@ -260,11 +292,8 @@ impl Worker {
         if let Some(instance) = self.instances.get_mut(&plugin.name)
             && let Err(failure) = instance.on_open(ws_id, request)
         {
-            self.discard(
-                plugin,
-                &failure,
-                &format!("open event of WebSocket {ws_id}"),
-            );
+            let context = format!("open event of WebSocket {ws_id}");
+            self.discard(plugin, &failure, Some(call.request_id), &context);
             self.reply.send(Reply::Close {
                 ws: ws_id,
                 code: CLOSE_INTERNAL_ERROR,
@@ -285,7 +314,8 @@ impl Worker {
         match self.instance(&plugin) {
             Ok(instance) => {
                 if let Err(failure) = instance.on_event(ws, event) {
-                    self.discard(&plugin, &failure, &format!("event of WebSocket {ws}"));
+                    let context = format!("event of WebSocket {ws}");
+                    self.discard(&plugin, &failure, None, &context);
                     if !closing {
                         self.reply.send(Reply::Close {
                             ws,
@@ -293,14 +323,13 @@ impl Worker {
                             reason: "plugin failed".to_owned(),
                         });
                     }
+                } else {
+                    self.recycle_if_due(&plugin, false);
                 }
             }
             Err(failure) => {
-                self.discard(
-                    &plugin,
-                    &failure,
-                    &format!("instantiating for WebSocket {ws}"),
-                );
+                let context = format!("instantiating for WebSocket {ws}");
+                self.discard(&plugin, &failure, None, &context);
                 if !closing {
                     self.reply.send(Reply::Close {
                         ws,

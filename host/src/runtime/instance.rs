@@ -25,6 +25,8 @@ pub struct Instance {
     bindings: bindings::Plugin,
     /// Calls served, for recycling decisions and logs.
     pub calls: u64,
+    /// Linear memory right after instantiation.
+    start_bytes: usize,
 }
 
 /// Why a call failed. Each maps to one status code, and says what happened in one line: the
@@ -92,11 +94,13 @@ impl Instance {
             .metrics
             .live_instances
             .fetch_add(1, Ordering::Relaxed);
+        let start_bytes = store.data().memory.bytes;
         Ok(Instance {
             plugin,
             store,
             bindings,
             calls: 0,
+            start_bytes,
         })
     }
 
@@ -163,6 +167,15 @@ impl Instance {
             ),
         };
         result.map_err(|e| self.classify(e))
+    }
+
+    /// How much the instance's linear memory grew since it started.
+    pub fn grown_bytes(&self) -> usize {
+        self.store
+            .data()
+            .memory
+            .bytes
+            .saturating_sub(self.start_bytes)
     }
 
     /// A fresh CPU budget and wall-clock deadline for the next call.

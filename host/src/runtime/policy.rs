@@ -20,6 +20,7 @@
 //! [instances]
 //! mode = "reuse"                      # or "fresh": a new instance for every request
 //! recycle_after = 10000               # replace a reused instance after this many calls
+//! recycle_growth_mib = 8              # ...or once its memory grew this much past its start
 //! ```
 //!
 //! Unknown keys and bad values are refused with the file, the line and the key; the plugin is
@@ -59,6 +60,8 @@ pub struct Policy {
     pub fresh_instances: bool,
     /// Replace a reused instance after this many calls.
     pub recycle_after: Option<u64>,
+    /// Replace a reused instance whose linear memory grew more than this past its start.
+    pub recycle_growth_bytes: usize,
     /// The policy file, if there was one.
     pub source: Option<PathBuf>,
 }
@@ -130,6 +133,7 @@ struct FileDir {
 struct FileInstances {
     mode: Option<Spanned<String>>,
     recycle_after: Option<Spanned<u64>>,
+    recycle_growth_mib: Option<Spanned<u64>>,
 }
 
 impl Policy {
@@ -149,6 +153,7 @@ impl Policy {
             precise_clocks: false,
             fresh_instances: false,
             recycle_after: None,
+            recycle_growth_bytes: crate::limits::INSTANCE_RECYCLE_GROWTH_BYTES,
             source: None,
         }
     }
@@ -337,6 +342,10 @@ impl Policy {
                 ));
             }
             policy.recycle_after = Some(*v.get_ref());
+        }
+        if let Some(v) = &file.instances.recycle_growth_mib {
+            let mib = within(v, "instances.recycle_growth_mib", 1, 1 << 16)?;
+            policy.recycle_growth_bytes = usize::try_from(mib << 20).unwrap_or(usize::MAX);
         }
         policy.source = Some(path);
         Ok(policy)

@@ -140,11 +140,14 @@ impl WasiView for HostState {
 }
 
 /// Caps the linear memory of an instance, and remembers that the cap was hit so the failure
-/// can be reported as such rather than as a generic trap.
+/// can be reported as such rather than as a generic trap. Counts the instance's memory in the
+/// plugin's `ankh_plugin_instance_memory_bytes` while the store lives.
 #[derive(Debug)]
 pub struct MemoryCap {
     pub limit_bytes: usize,
     pub hit: bool,
+    /// Linear memory of the instance now, all its memories together.
+    pub bytes: usize,
     metrics: Arc<crate::metrics::PluginMetrics>,
 }
 
@@ -153,8 +156,17 @@ impl MemoryCap {
         MemoryCap {
             limit_bytes,
             hit: false,
+            bytes: 0,
             metrics,
         }
+    }
+}
+
+impl Drop for MemoryCap {
+    fn drop(&mut self) {
+        self.metrics
+            .instance_memory_bytes
+            .fetch_sub(self.bytes as i64, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -169,7 +181,7 @@ pub struct MemoryCapReached {
 impl wasmtime::ResourceLimiter for MemoryCap {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
@@ -181,6 +193,11 @@ impl wasmtime::ResourceLimiter for MemoryCap {
                 desired_bytes: desired,
             }));
         }
+        let grown = desired.saturating_sub(current);
+        self.bytes += grown;
+        self.metrics
+            .instance_memory_bytes
+            .fetch_add(grown as i64, std::sync::atomic::Ordering::Relaxed);
         Ok(true)
     }
 
@@ -413,20 +430,21 @@ impl websocket::Host for HostState {
         Ok(link.hub.unsubscribe(&self.tags.plugin, conn, &topic)?)
     }
 
-    /// One copy of the message, shared by every subscriber's queue.
+    /// One copy of the message, shared by every subscriber's queue, and one reply to the I/O
+    /// thread for all of them: every subscriber of a topic sees its messages in one order.
     fn publish(&mut self, topic: String, message: Message) -> Result<u32, WsError> {
         let link = self.ws_link()?;
         if message_len(&message) > link.max_message_bytes {
             return Err(WsError::TooLarge);
         }
         let subscribers = link.hub.subscribers(&self.tags.plugin, &topic);
-        let message = to_outbound(message);
-        for ws in &subscribers {
-            link.reply.send(Reply::Send {
-                ws: *ws,
-                message: message.clone(),
+        let count = u32::try_from(subscribers.len()).unwrap_or(u32::MAX);
+        if !subscribers.is_empty() {
+            link.reply.send(Reply::Publish {
+                subscribers,
+                message: to_outbound(message),
             });
         }
-        Ok(u32::try_from(subscribers.len()).unwrap_or(u32::MAX))
+        Ok(count)
     }
 }
