@@ -17,13 +17,15 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ankh::job::{ConnId, reply_channel};
+use ankh::access::Access;
 use ankh::limits::Limits;
+use ankh::message::ConnId;
+use ankh::pool::reply::{Reply, ReplyTx, reply_channel};
 use ankh::proto::Version;
 use ankh::proto::encoding::{Coding, compress};
 use ankh::proto::response::{RequestMeta, encode};
 use ankh::runtime::bindings::types;
-use ankh::runtime::call::{Access, CallContext, Origin};
+use ankh::runtime::call::{CallContext, Origin, Responder};
 use ankh::runtime::engine::{Runtime, RuntimeConfig};
 use ankh::runtime::instance::Instance;
 use ankh::runtime::plugin::Plugin;
@@ -144,11 +146,26 @@ fn runtime(pooling: bool) -> Arc<Runtime> {
         cpu_deadline: Duration::from_secs(2),
         handler_timeout: Limits::default().handler_timeout,
         kv_max_bytes: Limits::default().kv_max_bytes,
+        ws_max_message_bytes: Limits::default().ws_max_message_bytes,
         max_body_bytes: Limits::default().max_body_bytes,
         pooling,
         cache_dir: Some(benches::root().join("target/bench-cache")),
     })
     .unwrap()
+}
+
+/// What the worker does with a response: hand it to the reply queue.
+struct ToReplies(ReplyTx);
+
+impl Responder for ToReplies {
+    fn respond(&mut self, bytes: Vec<u8>, close: bool) {
+        self.0.send(Reply::Response {
+            conn: ConnId { slot: 0, serial: 0 },
+            seq: 0,
+            bytes,
+            close,
+        });
+    }
 }
 
 fn plugin(c: &mut Criterion) {
@@ -157,8 +174,7 @@ fn plugin(c: &mut Criterion) {
     let hub = Arc::new(ankh::hub::Hub::default());
     let link = WsLink {
         hub: hub.clone(),
-        reply: reply.clone(),
-        max_message_bytes: Limits::default().ws_max_message_bytes,
+        out: Arc::new(reply.clone()),
     };
     let pooled = runtime(true);
     let on_demand = runtime(false);
@@ -187,8 +203,6 @@ fn plugin(c: &mut Criterion) {
         version: types::HttpVersion::Http11,
     };
     let origin = Origin {
-        conn: ConnId { slot: 0, serial: 0 },
-        seq: 0,
         request_id: 1,
         version: Version::Http11,
         head: false,
@@ -213,7 +227,7 @@ fn plugin(c: &mut Criterion) {
             let call = CallContext::new(
                 origin.clone(),
                 plugin.name.clone(),
-                reply.clone(),
+                Box::new(ToReplies(reply.clone())),
                 std::mem::take(&mut buf),
             );
             let (outcome, call) = instance.handle_request(&request, call, Default::default());

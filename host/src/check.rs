@@ -9,10 +9,11 @@ use anyhow::Context;
 use wasmtime::component::Component;
 
 use crate::config::ServeConfig;
-use crate::loader::{display_mount, plugin_name};
+use crate::loader::plugin_name;
 use crate::runtime::engine::{Runtime, RuntimeConfig};
 use crate::runtime::plugin::Plugin;
 use crate::runtime::policy::Policy;
+use crate::runtime::registry::display_mount;
 use crate::runtime::registry::prefix_for;
 
 /// The report, and whether the plugin would be served.
@@ -30,6 +31,7 @@ pub fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report> {
         cpu_deadline: config.limits.guest_cpu_deadline,
         handler_timeout: config.limits.handler_timeout,
         kv_max_bytes: config.limits.kv_max_bytes,
+        ws_max_message_bytes: config.limits.ws_max_message_bytes,
         max_body_bytes: config.limits.max_body_bytes,
         pooling: false,
         cache_dir: config.cache_dir.clone(),

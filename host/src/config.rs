@@ -1,21 +1,32 @@
-//! The configuration of `ankh serve`: defaults, then the config file (`ankh.toml`), then flags.
+//! The configuration of `ankh serve`: every server setting, declared once in [`SETTINGS`],
+//! layered defaults, then the config file (`ankh.toml`), then flags (see [`crate::settings`]
+//! for what is derived from each declaration).
 //!
-//! [`FileConfig`] is the file as written (every key optional, unknown keys refused);
-//! [`Overrides`] are the flags given on the command line; [`ServeConfig::resolve`] layers them
-//! over the defaults of [`crate::limits`] and validates the result. An error names where the
-//! bad value came from: the file, line and key, or the flag.
+//! Adding a setting is one entry here, with its default a constant in [`crate::limits`], plus
+//! the field it sets and the code that uses it.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use toml::Spanned;
-
-use crate::limits::{Limits, WORKERS_PER_CORE};
+use crate::limits::{self, Limits, WORKERS_PER_CORE};
+use crate::settings::{self, Flag, Flags, Kind, Origin, Setting, SettingsError, Unit, Value};
 
 /// The file read when `--config` is not given, if it exists in the working directory.
 pub const DEFAULT_CONFIG_FILE: &str = "ankh.toml";
+
+/// The log level when neither the config nor `RUST_LOG` gives one.
+pub const DEFAULT_LOG_LEVEL: &str = "info";
+
+/// Where the server listens when nothing says otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Where `--admin` without a value listens.
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
+
+/// The plugins directory when nothing says otherwise.
+pub const DEFAULT_PLUGINS_DIR: &str = "plugins";
 
 /// Everything `ankh serve` needs to start.
 #[derive(Debug, Clone)]
@@ -28,7 +39,9 @@ pub struct ServeConfig {
     pub pooling: bool,
     /// Watch the plugins directory and hot-reload what changes.
     pub watch: bool,
-    /// Where compiled plugins are cached (`None`: no cache).
+    /// Keep compiled plugins in `cache_dir`.
+    pub cache: bool,
+    /// Where compiled plugins are cached (`None`: no cache). Absolute.
     pub cache_dir: Option<PathBuf>,
     /// Where the admin endpoints (`/healthz`, `/readyz`, `/metrics`) listen, if anywhere.
     pub admin: Option<SocketAddr>,
@@ -52,100 +65,27 @@ pub struct LogConfig {
     pub level: String,
 }
 
-/// The log level when neither the config nor `RUST_LOG` gives one.
-pub const DEFAULT_LOG_LEVEL: &str = "info";
-
-/// `ankh.toml`. Every key is optional; unknown keys are errors.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    listen: Option<Spanned<String>>,
-    plugins: Option<Spanned<PathBuf>>,
-    workers: Option<Spanned<u64>>,
-    pooling: Option<Spanned<bool>>,
-    watch: Option<Spanned<bool>>,
-    cache: Option<Spanned<bool>>,
-    cache_dir: Option<Spanned<PathBuf>>,
-    admin: Option<Spanned<String>>,
-    ready_file: Option<Spanned<PathBuf>>,
-    #[serde(default)]
-    limits: FileLimits,
-    #[serde(default)]
-    timeouts: FileTimeouts,
-    #[serde(default)]
-    log: FileLog,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileLog {
-    format: Option<Spanned<String>>,
-    access_log: Option<Spanned<bool>>,
-    level: Option<Spanned<String>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileLimits {
-    max_head_bytes: Option<Spanned<u64>>,
-    max_headers: Option<Spanned<u64>>,
-    max_target_bytes: Option<Spanned<u64>>,
-    max_body_bytes: Option<Spanned<u64>>,
-    queue_depth: Option<Spanned<u64>>,
-    cpu_deadline_ms: Option<Spanned<u64>>,
-    memory_limit_mib: Option<Spanned<u64>>,
-    handler_timeout_ms: Option<Spanned<u64>>,
-    kv_max_bytes: Option<Spanned<u64>>,
-    max_connections: Option<Spanned<u64>>,
-    max_send_buffer_bytes: Option<Spanned<u64>>,
-    ws_max_message_bytes: Option<Spanned<u64>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileTimeouts {
-    idle_ms: Option<Spanned<u64>>,
-    head_ms: Option<Spanned<u64>>,
-    request_ms: Option<Spanned<u64>>,
-    send_ms: Option<Spanned<u64>>,
-    drain_ms: Option<Spanned<u64>>,
-    ws_ping_ms: Option<Spanned<u64>>,
-    ws_pong_ms: Option<Spanned<u64>>,
-}
-
-/// Values given as flags; `None` where the flag was not given.
-#[derive(Debug, Default, Clone)]
-pub struct Overrides {
-    pub listen: Option<String>,
-    pub plugins: Option<PathBuf>,
-    pub workers: Option<u64>,
-    pub no_pooling: bool,
-    pub no_watch: bool,
-    pub no_cache: bool,
-    pub cache_dir: Option<PathBuf>,
-    pub admin: Option<String>,
-    pub ready_file: Option<PathBuf>,
-    pub max_head_bytes: Option<u64>,
-    pub max_headers: Option<u64>,
-    pub max_body_bytes: Option<u64>,
-    pub queue_depth: Option<u64>,
-    pub cpu_deadline_ms: Option<u64>,
-    pub memory_limit_mib: Option<u64>,
-    pub handler_timeout_ms: Option<u64>,
-    pub kv_max_bytes: Option<u64>,
-    pub max_connections: Option<u64>,
-    pub max_send_buffer_bytes: Option<u64>,
-    pub idle_timeout_ms: Option<u64>,
-    pub head_timeout_ms: Option<u64>,
-    pub request_timeout_ms: Option<u64>,
-    pub send_timeout_ms: Option<u64>,
-    pub drain_timeout_ms: Option<u64>,
-    pub ws_max_message_bytes: Option<u64>,
-    pub ws_ping_interval_ms: Option<u64>,
-    pub ws_pong_timeout_ms: Option<u64>,
-    pub log_format: Option<String>,
-    pub no_access_log: bool,
-    pub log_level: Option<String>,
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            plugins_dir: PathBuf::from(DEFAULT_PLUGINS_DIR),
+            workers: 1,
+            limits: Limits::default(),
+            pooling: true,
+            watch: true,
+            cache: true,
+            cache_dir: None,
+            admin: None,
+            ready_file: None,
+            log: LogConfig {
+                json: false,
+                access_log: true,
+                level: DEFAULT_LOG_LEVEL.to_owned(),
+            },
+            source: None,
+        }
+    }
 }
 
 /// A bad configuration value, with where it came from.
@@ -158,56 +98,447 @@ pub enum ConfigError {
         path: PathBuf,
         error: std::io::Error,
     },
-    #[error("invalid config file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("{origin}: {message}")]
-    Value { origin: String, message: String },
+    #[error(transparent)]
+    Setting(#[from] SettingsError),
 }
 
-/// Where a value came from, for error messages.
-struct Origin<'a> {
-    file: Option<(&'a Path, &'a str)>,
+/// A number setting whose value lands in the configuration through `$field`, in `$unit`.
+macro_rules! number {
+    ($key:literal, $flag:literal, $unit:ident, $min:expr, $max:expr, $default:expr, $doc:literal,
+     |$c:ident| $field:expr) => {
+        Setting {
+            key: $key,
+            flag: Flag::Value {
+                long: $flag,
+                short: None,
+            },
+            kind: Kind::Number {
+                unit: Unit::$unit,
+                min: $min,
+                max: $max,
+            },
+            doc: $doc,
+            default: || Value::Number(to_number(&$default, Unit::$unit)),
+            apply: |$c: &mut ServeConfig, v| $field = from_number(v.number(), Unit::$unit),
+            read: |$c: &ServeConfig| Value::Number(to_number(&$field, Unit::$unit)),
+        }
+    };
 }
 
-impl Origin<'_> {
-    /// `ankh.toml:7: limits.queue_depth` for a file value, `--queue-depth` for a flag.
-    fn describe<T>(&self, flag: &str, key: &str, from_file: Option<&Spanned<T>>) -> String {
-        match (from_file, self.file) {
-            (Some(spanned), Some((path, text))) => {
-                let line = text[..spanned.span().start.min(text.len())]
-                    .lines()
-                    .count()
-                    .max(1);
-                format!("{}:{line}: {key}", path.display())
-            }
-            _ => flag.to_owned(),
+/// How a field holds a number given in a unit.
+trait InUnit: Sized {
+    fn from_number(n: u64, unit: Unit) -> Self;
+    fn to_number(&self, unit: Unit) -> u64;
+}
+
+impl InUnit for usize {
+    fn from_number(n: u64, unit: Unit) -> Self {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        match unit {
+            Unit::Mib => n.saturating_mul(1 << 20),
+            _ => n,
+        }
+    }
+    fn to_number(&self, unit: Unit) -> u64 {
+        let n = *self as u64;
+        match unit {
+            Unit::Mib => n >> 20,
+            _ => n,
         }
     }
 }
 
-impl FileConfig {
-    /// Reads and parses a config file.
-    pub fn read(path: &Path) -> Result<(FileConfig, String), ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
-            path: path.to_owned(),
-            error,
-        })?;
-        let file = toml::from_str(&text).map_err(|e: toml::de::Error| ConfigError::Parse {
-            path: path.to_owned(),
-            message: e.to_string().trim_end().to_owned(),
-        })?;
-        Ok((file, text))
+impl InUnit for u64 {
+    fn from_number(n: u64, _unit: Unit) -> Self {
+        n
+    }
+    fn to_number(&self, _unit: Unit) -> u64 {
+        *self
     }
 }
 
+impl InUnit for Duration {
+    fn from_number(n: u64, _unit: Unit) -> Self {
+        Duration::from_millis(n)
+    }
+    fn to_number(&self, _unit: Unit) -> u64 {
+        u64::try_from(self.as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+fn from_number<T: InUnit>(n: u64, unit: Unit) -> T {
+    T::from_number(n, unit)
+}
+
+fn to_number<T: InUnit>(v: &T, unit: Unit) -> u64 {
+    v.to_number(unit)
+}
+
+/// The largest time setting: a day.
+const MAX_MS: u64 = 86_400_000;
+
+/// The largest deadline of a call: an hour.
+const MAX_CALL_MS: u64 = 3_600_000;
+
+fn default_workers() -> u64 {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    (cores * WORKERS_PER_CORE) as u64
+}
+
 /// `$XDG_CACHE_HOME/ankh`, else `$HOME/.cache/ankh`.
-fn default_cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
+fn default_cache_dir() -> Value {
+    std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("ankh"))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .map_or(Value::Unset, |base| Value::Path(base.join("ankh")))
 }
+
+fn valid_log_filter(text: &str) -> Result<(), String> {
+    tracing_subscriber::EnvFilter::try_new(text)
+        .map(drop)
+        .map_err(|e| format!("invalid log filter {text:?}: {e}"))
+}
+
+fn address(text: &'static str) -> Value {
+    settings::resolve(text).map_or(Value::Unset, Value::Address)
+}
+
+/// Every setting of `ankh serve`, in the order `--help` and `--print-config` show them.
+pub static SETTINGS: &[Setting<ServeConfig>] = &[
+    Setting {
+        key: "listen",
+        flag: Flag::Value {
+            long: "listen",
+            short: Some('l'),
+        },
+        kind: Kind::Address,
+        doc: "Address to listen on (IP:PORT, or HOST:PORT, resolved). Port 0 picks a free port; the log and the ready file say which",
+        default: || address(DEFAULT_LISTEN),
+        apply: |c, v| {
+            if let Some(a) = v.address() {
+                c.listen = a;
+            }
+        },
+        read: |c| Value::Address(c.listen),
+    },
+    Setting {
+        key: "plugins",
+        flag: Flag::Value {
+            long: "plugins",
+            short: Some('p'),
+        },
+        kind: Kind::Path,
+        doc: "Directory of plugins: each NAME.wasm directly inside is served at /NAME, and index.wasm serves every path no other plugin matches. In the file, relative to the file",
+        default: || Value::Path(PathBuf::from(DEFAULT_PLUGINS_DIR)),
+        apply: |c, v| c.plugins_dir = v.path().unwrap_or_default(),
+        read: |c| Value::Path(c.plugins_dir.clone()),
+    },
+    Setting {
+        key: "workers",
+        flag: Flag::Value {
+            long: "workers",
+            short: Some('w'),
+        },
+        kind: Kind::Number {
+            unit: Unit::Count,
+            min: 1,
+            max: 10_000,
+        },
+        doc: "Worker threads that run handlers (10 per CPU core by default). Handlers may block, so size this for the number of requests you want in flight at once",
+        default: || Value::Number(default_workers()),
+        apply: |c, v| c.workers = usize::from_number(v.number(), Unit::Count),
+        read: |c| Value::Number(c.workers as u64),
+    },
+    Setting {
+        key: "pooling",
+        flag: Flag::Off("no-pooling"),
+        kind: Kind::Switch,
+        doc: "Allocate instances on demand instead of from wasmtime's pooling allocator",
+        default: || Value::Bool(true),
+        apply: |c, v| c.pooling = v.bool(),
+        read: |c| Value::Bool(c.pooling),
+    },
+    Setting {
+        key: "watch",
+        flag: Flag::Off("no-watch"),
+        kind: Kind::Switch,
+        doc: "Do not watch the plugins directory: serve the plugins found at start, and never reload them",
+        default: || Value::Bool(true),
+        apply: |c, v| c.watch = v.bool(),
+        read: |c| Value::Bool(c.watch),
+    },
+    Setting {
+        key: "cache",
+        flag: Flag::Off("no-cache"),
+        kind: Kind::Switch,
+        doc: "Compile every plugin at load, without the disk cache",
+        default: || Value::Bool(true),
+        apply: |c, v| c.cache = v.bool(),
+        read: |c| Value::Bool(c.cache),
+    },
+    Setting {
+        key: "cache_dir",
+        flag: Flag::Value {
+            long: "cache-dir",
+            short: None,
+        },
+        kind: Kind::Path,
+        doc: "Where compiled plugins are cached, keyed by content and engine settings, so a restart with unchanged plugins does not recompile. Must be outside the plugins directory ($XDG_CACHE_HOME/ankh or ~/.cache/ankh by default)",
+        default: default_cache_dir,
+        apply: |c, v| c.cache_dir = v.path(),
+        read: |c| c.cache_dir.clone().map_or(Value::Unset, Value::Path),
+    },
+    Setting {
+        key: "admin",
+        flag: Flag::OptionalValue {
+            long: "admin",
+            missing: DEFAULT_ADMIN,
+        },
+        kind: Kind::Address,
+        doc: "Serve /healthz, /readyz and /metrics (Prometheus text) on this address; keep it on loopback. Without a value: 127.0.0.1:9090. Off unless given",
+        default: || Value::Unset,
+        apply: |c, v| c.admin = v.address(),
+        read: |c| c.admin.map_or(Value::Unset, Value::Address),
+    },
+    Setting {
+        key: "ready_file",
+        flag: Flag::Value {
+            long: "ready-file",
+            short: None,
+        },
+        kind: Kind::Path,
+        doc: "Write the listening address to this file once the server accepts connections (for scripts and orchestration: wait for the file, with a timeout)",
+        default: || Value::Unset,
+        apply: |c, v| c.ready_file = v.path(),
+        read: |c| c.ready_file.clone().map_or(Value::Unset, Value::Path),
+    },
+    number!(
+        "limits.max_head_bytes",
+        "max-head-bytes",
+        Bytes,
+        256,
+        1 << 20,
+        limits::MAX_HEAD_BYTES,
+        "Largest request head (request line + headers) in bytes; a larger one gets 431",
+        |c| c.limits.max_head_bytes
+    ),
+    number!(
+        "limits.max_headers",
+        "max-headers",
+        Count,
+        1,
+        10_000,
+        limits::MAX_HEADERS,
+        "Most header fields per request; more get 431",
+        |c| c.limits.max_headers
+    ),
+    number!(
+        "limits.max_target_bytes",
+        "max-target-bytes",
+        Bytes,
+        16,
+        1 << 20,
+        limits::MAX_TARGET_BYTES,
+        "Largest request-target (path and query) in bytes, at most the head limit; a larger one gets 414",
+        |c| c.limits.max_target_bytes
+    ),
+    number!(
+        "limits.max_body_bytes",
+        "max-body-bytes",
+        Bytes,
+        0,
+        1 << 40,
+        limits::MAX_BODY_BYTES,
+        "Largest request body in bytes; a larger one gets 413 before it is read",
+        |c| c.limits.max_body_bytes
+    ),
+    number!(
+        "limits.queue_depth",
+        "queue-depth",
+        Count,
+        1,
+        1 << 20,
+        limits::QUEUE_DEPTH,
+        "Requests that may wait for a free worker; past this, clients get 503 + Retry-After",
+        |c| c.limits.queue_depth
+    ),
+    number!(
+        "limits.cpu_deadline_ms",
+        "cpu-deadline-ms",
+        Millis,
+        1,
+        MAX_CALL_MS,
+        limits::GUEST_CPU_DEADLINE,
+        "CPU time one handler call may use before it is stopped and the client gets 504. Time spent blocked (sleeping, waiting on I/O) does not count",
+        |c| c.limits.guest_cpu_deadline
+    ),
+    number!(
+        "limits.handler_timeout_ms",
+        "handler-timeout-ms",
+        Millis,
+        1,
+        MAX_CALL_MS,
+        limits::HANDLER_TIMEOUT,
+        "Wall-clock time one handler call may take, waiting included; past it the call is stopped, the client gets 504 and the instance is replaced",
+        |c| c.limits.handler_timeout
+    ),
+    number!(
+        "limits.memory_limit_mib",
+        "memory-limit-mib",
+        Mib,
+        1,
+        4096,
+        limits::GUEST_MEMORY_BYTES,
+        "Linear memory one plugin instance may grow to, in MiB; past it the request gets 500",
+        |c| c.limits.guest_memory_bytes
+    ),
+    number!(
+        "limits.kv_max_bytes",
+        "kv-max-bytes",
+        Bytes,
+        0,
+        1 << 40,
+        limits::KV_MAX_BYTES,
+        "Bytes (keys plus values) one plugin's key-value store may hold; past it writes fail with `full`",
+        |c| c.limits.kv_max_bytes
+    ),
+    number!(
+        "limits.max_connections",
+        "max-connections",
+        Count,
+        1,
+        10_000_000,
+        limits::MAX_CONNECTIONS,
+        "Open connections; the next one is accepted and closed at once",
+        |c| c.limits.max_connections
+    ),
+    number!(
+        "limits.max_send_buffer_bytes",
+        "max-send-buffer-bytes",
+        Bytes,
+        1024,
+        1 << 34,
+        limits::MAX_SEND_BUFFER_BYTES,
+        "Unsent bytes a connection may hold before it is closed as not reading",
+        |c| c.limits.max_send_buffer_bytes
+    ),
+    number!(
+        "limits.ws_max_message_bytes",
+        "ws-max-message-bytes",
+        Bytes,
+        125,
+        1 << 30,
+        limits::WS_MAX_MESSAGE_BYTES,
+        "Largest WebSocket message a client or a plugin may send; a client's frame declaring more is refused with Close 1009 before its payload is read",
+        |c| c.limits.ws_max_message_bytes
+    ),
+    number!(
+        "timeouts.idle_ms",
+        "idle-timeout-ms",
+        Millis,
+        1,
+        MAX_MS,
+        limits::IDLE_TIMEOUT,
+        "Close a connection with no request in progress after this long",
+        |c| c.limits.idle_timeout
+    ),
+    number!(
+        "timeouts.head_ms",
+        "head-timeout-ms",
+        Millis,
+        1,
+        MAX_MS,
+        limits::HEAD_TIMEOUT,
+        "A request head must be complete this long after its first byte, or the client gets 408",
+        |c| c.limits.head_timeout
+    ),
+    number!(
+        "timeouts.request_ms",
+        "request-timeout-ms",
+        Millis,
+        1,
+        MAX_MS,
+        limits::REQUEST_TIMEOUT,
+        "A whole request (head and body) must arrive this long after its first byte, or the client gets 408",
+        |c| c.limits.request_timeout
+    ),
+    number!(
+        "timeouts.send_ms",
+        "send-timeout-ms",
+        Millis,
+        1,
+        MAX_MS,
+        limits::SEND_TIMEOUT,
+        "Close a connection whose pending output makes no progress for this long",
+        |c| c.limits.send_timeout
+    ),
+    number!(
+        "timeouts.drain_ms",
+        "drain-timeout-ms",
+        Millis,
+        1,
+        MAX_MS,
+        limits::DRAIN_TIMEOUT,
+        "On SIGTERM/SIGINT, how long queued and in-flight requests may take before everything still open is closed",
+        |c| c.limits.drain_timeout
+    ),
+    number!(
+        "timeouts.ws_ping_ms",
+        "ws-ping-interval-ms",
+        Millis,
+        1,
+        MAX_MS,
+        limits::WS_PING_INTERVAL,
+        "Ping a WebSocket that has been silent this long",
+        |c| c.limits.ws_ping_interval
+    ),
+    number!(
+        "timeouts.ws_pong_ms",
+        "ws-pong-timeout-ms",
+        Millis,
+        1,
+        MAX_MS,
+        limits::WS_PONG_TIMEOUT,
+        "Close a pinged WebSocket that sends nothing back for this long",
+        |c| c.limits.ws_pong_timeout
+    ),
+    Setting {
+        key: "log.format",
+        flag: Flag::Value {
+            long: "log-format",
+            short: None,
+        },
+        kind: Kind::Choice(&["text", "json"]),
+        doc: "Log format on stderr: `text` (one readable line per event) or `json` (one JSON object per line)",
+        default: || Value::Text("text".to_owned()),
+        apply: |c, v| c.log.json = v.text() == "json",
+        read: |c| Value::Text(if c.log.json { "json" } else { "text" }.to_owned()),
+    },
+    Setting {
+        key: "log.access_log",
+        flag: Flag::Off("no-access-log"),
+        kind: Kind::Switch,
+        doc: "Do not write an access-log line per request (target `ankh::access`)",
+        default: || Value::Bool(true),
+        apply: |c, v| c.log.access_log = v.bool(),
+        read: |c| Value::Bool(c.log.access_log),
+    },
+    Setting {
+        key: "log.level",
+        flag: Flag::Value {
+            long: "log-level",
+            short: None,
+        },
+        kind: Kind::Text {
+            check: valid_log_filter,
+        },
+        doc: "Log filter, e.g. `info` or `warn,ankh::reload=debug`. RUST_LOG, when set, replaces it",
+        default: || Value::Text(DEFAULT_LOG_LEVEL.to_owned()),
+        apply: |c, v| c.log.level = v.text(),
+        read: |c| Value::Text(c.log.level.clone()),
+    },
+];
 
 /// Whether `path` is `dir` or below it, comparing absolute paths.
 fn inside(path: &Path, dir: &Path) -> bool {
@@ -221,480 +552,76 @@ fn inside(path: &Path, dir: &Path) -> bool {
     absolute(path).starts_with(absolute(dir))
 }
 
-/// `IP:PORT`, or `NAME:PORT` resolved as every server resolves its listen address (the
-/// first IPv4 address of the name, else its first address).
-fn resolve(text: &str) -> Result<SocketAddr, String> {
-    if let Ok(addr) = text.parse() {
-        return Ok(addr);
-    }
-    if !text.contains(':') {
-        return Err("no port".to_owned());
-    }
-    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(text)
-        .map_err(|e| e.to_string())?
-        .collect();
-    addrs
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or(addrs.first())
-        .copied()
-        .ok_or_else(|| "the name has no address".to_owned())
-}
-
-/// Picks a flag over a file value over nothing, remembering which.
-fn pick<T: Clone>(flag: Option<T>, file: Option<&Spanned<T>>) -> (Option<T>, Option<&Spanned<T>>) {
-    match flag {
-        Some(v) => (Some(v), None),
-        None => (file.map(|s| s.get_ref().clone()), file),
-    }
-}
-
 impl ServeConfig {
-    /// Layers the file (if any) and the flags over the defaults, and validates the result.
-    /// `file` is the parsed file, its path and its text.
-    pub fn resolve(
-        file: Option<(FileConfig, &Path, &str)>,
-        flags: Overrides,
-    ) -> Result<ServeConfig, ConfigError> {
-        let (cfg, origin, base) = match &file {
-            Some((cfg, path, text)) => (
-                Some(cfg),
-                Origin {
-                    file: Some((*path, *text)),
-                },
-                path.parent().map(Path::to_path_buf),
-            ),
-            None => (None, Origin { file: None }, None),
-        };
-        let empty = FileConfig::default();
-        let f = cfg.unwrap_or(&empty);
-        let err = |flag: &str, key: &str, spanned: Option<&Spanned<u64>>, message: String| {
-            ConfigError::Value {
-                origin: origin.describe(flag, key, spanned),
-                message,
-            }
-        };
-        // A number within `min..=max`, from the flag, the file or the default.
-        let number = |flag: &str,
-                      key: &str,
-                      given: Option<u64>,
-                      in_file: Option<&Spanned<u64>>,
-                      default: u64,
-                      min: u64,
-                      max: u64|
-         -> Result<u64, ConfigError> {
-            let (value, spanned) = pick(given, in_file);
-            let value = value.unwrap_or(default);
-            if value < min || value > max {
-                return Err(err(
-                    flag,
-                    key,
-                    spanned,
-                    format!("must be between {min} and {max}, got {value}"),
-                ));
-            }
-            Ok(value)
-        };
+    /// Reads a config file's text.
+    pub fn read_file(path: &Path) -> Result<String, ConfigError> {
+        std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: path.to_owned(),
+            error,
+        })
+    }
 
-        let (listen, listen_span) = pick(flags.listen.clone(), f.listen.as_ref());
-        let listen_text = listen.unwrap_or_else(|| "127.0.0.1:8080".to_owned());
-        let listen = resolve(&listen_text).map_err(|why| ConfigError::Value {
-            origin: origin.describe("--listen", "listen", listen_span),
-            message: format!(
-                "invalid address {listen_text:?}: expected IP:PORT or HOST:PORT, e.g. 127.0.0.1:8080 ({why})"
-            ),
-        })?;
-        let relative_to_file = |p: PathBuf, from_file: bool| match (&base, from_file) {
-            (Some(base), true) if p.is_relative() => base.join(p),
-            _ => p,
+    /// Layers the file (its path and text, if any) and the flags over the defaults, and
+    /// checks what no single setting can: settings that depend on each other.
+    pub fn resolve(file: Option<(&Path, &str)>, flags: &Flags) -> Result<ServeConfig, ConfigError> {
+        let from_file = match file {
+            Some((path, text)) => settings::load_file(SETTINGS, path, text)?,
+            None => Vec::new(),
         };
-        let (plugins, plugins_span) = pick(flags.plugins.clone(), f.plugins.as_ref());
-        let plugins_dir = relative_to_file(
-            plugins.unwrap_or_else(|| PathBuf::from("plugins")),
-            plugins_span.is_some(),
-        );
-        let (admin, admin_span) = pick(flags.admin.clone(), f.admin.as_ref());
-        let admin = match admin {
-            Some(text) => Some(resolve(&text).map_err(|why| ConfigError::Value {
-                origin: origin.describe("--admin", "admin", admin_span),
+        let from_flags = flags.parse(SETTINGS)?;
+        let mut config = ServeConfig::default();
+        let origins = settings::layer(SETTINGS, &mut config, &[from_file, from_flags]);
+        config.source = file.map(|(path, _)| path.to_owned());
+        config.finish(&origins)?;
+        Ok(config)
+    }
+
+    /// The checks between settings, each error naming where the offending value came from.
+    fn finish(&mut self, origins: &BTreeMap<&'static str, Origin>) -> Result<(), SettingsError> {
+        let place = |key: &str| {
+            origins
+                .get(key)
+                .map_or_else(|| key.to_owned(), |o| o.describe(key))
+        };
+        let l = &self.limits;
+        if l.max_target_bytes > l.max_head_bytes {
+            return Err(SettingsError::Value {
+                place: place("limits.max_target_bytes"),
                 message: format!(
-                    "invalid address {text:?}: expected IP:PORT or HOST:PORT, e.g. 127.0.0.1:9090 ({why})"
+                    "{} is more than limits.max_head_bytes ({}), which the target is part of",
+                    l.max_target_bytes, l.max_head_bytes
                 ),
-            })?),
-            None => None,
-        };
-        let (ready, ready_span) = pick(flags.ready_file.clone(), f.ready_file.as_ref());
-        let ready_file = ready.map(|p| relative_to_file(p, ready_span.is_some()));
-
-        let cores = std::thread::available_parallelism().map_or(1, usize::from) as u64;
-        let workers = number(
-            "--workers",
-            "workers",
-            flags.workers,
-            f.workers.as_ref(),
-            cores * WORKERS_PER_CORE as u64,
-            1,
-            10_000,
-        )?;
-        let pooling = !flags.no_pooling && f.pooling.as_ref().is_none_or(|p| *p.get_ref());
-        let watch = !flags.no_watch && f.watch.as_ref().is_none_or(|w| *w.get_ref());
-        let cache_on = !flags.no_cache && f.cache.as_ref().is_none_or(|c| *c.get_ref());
-        let (cache_dir, cache_span) = pick(flags.cache_dir.clone(), f.cache_dir.as_ref());
+            });
+        }
+        if !self.cache {
+            self.cache_dir = None;
+        }
         // wasmtime's cache wants an absolute path: a relative one is taken from the working
         // directory here, once.
-        let cache_dir = match cache_dir {
-            Some(dir) => Some(relative_to_file(dir, cache_span.is_some())),
-            None => default_cache_dir(),
-        }
-        .filter(|_| cache_on)
-        .map(|dir| match std::env::current_dir() {
-            Ok(cwd) if dir.is_relative() => cwd.join(dir),
-            _ => dir,
-        });
-        if let Some(dir) = &cache_dir
-            && inside(dir, &plugins_dir)
+        if let Some(dir) = &self.cache_dir
+            && dir.is_relative()
+            && let Ok(cwd) = std::env::current_dir()
         {
-            return Err(ConfigError::Value {
-                origin: origin.describe("--cache-dir", "cache_dir", cache_span),
+            self.cache_dir = Some(cwd.join(dir));
+        }
+        if let Some(dir) = &self.cache_dir
+            && inside(dir, &self.plugins_dir)
+        {
+            return Err(SettingsError::Value {
+                place: place("cache_dir"),
                 message: format!(
-                    "{} is inside the plugins directory; compiled code is never read from the watched directory",
-                    dir.display()
+                    "{} is inside the plugins directory {}; compiled code is never read from the watched directory",
+                    dir.display(),
+                    self.plugins_dir.display()
                 ),
             });
         }
-
-        let l = &f.limits;
-        let t = &f.timeouts;
-        let d = Limits::default();
-        let max_head_bytes = number(
-            "--max-head-bytes",
-            "limits.max_head_bytes",
-            flags.max_head_bytes,
-            l.max_head_bytes.as_ref(),
-            d.max_head_bytes as u64,
-            256,
-            1 << 20,
-        )?;
-        let max_headers = number(
-            "--max-headers",
-            "limits.max_headers",
-            flags.max_headers,
-            l.max_headers.as_ref(),
-            d.max_headers as u64,
-            1,
-            10_000,
-        )?;
-        let max_target_bytes = number(
-            "--max-head-bytes",
-            "limits.max_target_bytes",
-            None,
-            l.max_target_bytes.as_ref(),
-            d.max_target_bytes as u64,
-            16,
-            1 << 20,
-        )?;
-        let max_body_bytes = number(
-            "--max-body-bytes",
-            "limits.max_body_bytes",
-            flags.max_body_bytes,
-            l.max_body_bytes.as_ref(),
-            d.max_body_bytes,
-            0,
-            1 << 40,
-        )?;
-        let queue_depth = number(
-            "--queue-depth",
-            "limits.queue_depth",
-            flags.queue_depth,
-            l.queue_depth.as_ref(),
-            d.queue_depth as u64,
-            1,
-            1 << 20,
-        )?;
-        let cpu_deadline_ms = number(
-            "--cpu-deadline-ms",
-            "limits.cpu_deadline_ms",
-            flags.cpu_deadline_ms,
-            l.cpu_deadline_ms.as_ref(),
-            d.guest_cpu_deadline.as_millis() as u64,
-            1,
-            3_600_000,
-        )?;
-        let memory_limit_mib = number(
-            "--memory-limit-mib",
-            "limits.memory_limit_mib",
-            flags.memory_limit_mib,
-            l.memory_limit_mib.as_ref(),
-            (d.guest_memory_bytes >> 20) as u64,
-            1,
-            4096,
-        )?;
-        let handler_timeout_ms = number(
-            "--handler-timeout-ms",
-            "limits.handler_timeout_ms",
-            flags.handler_timeout_ms,
-            l.handler_timeout_ms.as_ref(),
-            d.handler_timeout.as_millis() as u64,
-            1,
-            3_600_000,
-        )?;
-        let kv_max_bytes = number(
-            "--kv-max-bytes",
-            "limits.kv_max_bytes",
-            flags.kv_max_bytes,
-            l.kv_max_bytes.as_ref(),
-            d.kv_max_bytes as u64,
-            0,
-            1 << 40,
-        )?;
-        let max_connections = number(
-            "--max-connections",
-            "limits.max_connections",
-            flags.max_connections,
-            l.max_connections.as_ref(),
-            d.max_connections as u64,
-            1,
-            10_000_000,
-        )?;
-        let max_send_buffer_bytes = number(
-            "--max-send-buffer-bytes",
-            "limits.max_send_buffer_bytes",
-            flags.max_send_buffer_bytes,
-            l.max_send_buffer_bytes.as_ref(),
-            d.max_send_buffer_bytes as u64,
-            1024,
-            1 << 34,
-        )?;
-        let ms = |flag: &str,
-                  key: &str,
-                  given: Option<u64>,
-                  in_file: Option<&Spanned<u64>>,
-                  default: Duration| {
-            number(
-                flag,
-                key,
-                given,
-                in_file,
-                default.as_millis() as u64,
-                1,
-                86_400_000,
-            )
-            .map(Duration::from_millis)
-        };
-        let idle_timeout = ms(
-            "--idle-timeout-ms",
-            "timeouts.idle_ms",
-            flags.idle_timeout_ms,
-            t.idle_ms.as_ref(),
-            d.idle_timeout,
-        )?;
-        let head_timeout = ms(
-            "--head-timeout-ms",
-            "timeouts.head_ms",
-            flags.head_timeout_ms,
-            t.head_ms.as_ref(),
-            d.head_timeout,
-        )?;
-        let request_timeout = ms(
-            "--request-timeout-ms",
-            "timeouts.request_ms",
-            flags.request_timeout_ms,
-            t.request_ms.as_ref(),
-            d.request_timeout,
-        )?;
-        let send_timeout = ms(
-            "--send-timeout-ms",
-            "timeouts.send_ms",
-            flags.send_timeout_ms,
-            t.send_ms.as_ref(),
-            d.send_timeout,
-        )?;
-        let drain_timeout = ms(
-            "--drain-timeout-ms",
-            "timeouts.drain_ms",
-            flags.drain_timeout_ms,
-            t.drain_ms.as_ref(),
-            d.drain_timeout,
-        )?;
-
-        let ws_max_message_bytes = number(
-            "--ws-max-message-bytes",
-            "limits.ws_max_message_bytes",
-            flags.ws_max_message_bytes,
-            l.ws_max_message_bytes.as_ref(),
-            d.ws_max_message_bytes as u64,
-            125,
-            1 << 30,
-        )?;
-        let ws_ping_interval = ms(
-            "--ws-ping-interval-ms",
-            "timeouts.ws_ping_ms",
-            flags.ws_ping_interval_ms,
-            t.ws_ping_ms.as_ref(),
-            d.ws_ping_interval,
-        )?;
-        let ws_pong_timeout = ms(
-            "--ws-pong-timeout-ms",
-            "timeouts.ws_pong_ms",
-            flags.ws_pong_timeout_ms,
-            t.ws_pong_ms.as_ref(),
-            d.ws_pong_timeout,
-        )?;
-        let (format, format_span) = pick(flags.log_format.clone(), f.log.format.as_ref());
-        let json = match format.as_deref().unwrap_or("text") {
-            "text" => false,
-            "json" => true,
-            other => {
-                return Err(ConfigError::Value {
-                    origin: origin.describe("--log-format", "log.format", format_span),
-                    message: format!("must be \"text\" or \"json\", got {other:?}"),
-                });
-            }
-        };
-        let access_log =
-            !flags.no_access_log && f.log.access_log.as_ref().is_none_or(|a| *a.get_ref());
-        let (level, level_span) = pick(flags.log_level.clone(), f.log.level.as_ref());
-        let level = level.unwrap_or_else(|| DEFAULT_LOG_LEVEL.to_owned());
-        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&level) {
-            return Err(ConfigError::Value {
-                origin: origin.describe("--log-level", "log.level", level_span),
-                message: format!("invalid log filter {level:?}: {e}"),
-            });
-        }
-        let log = LogConfig {
-            json,
-            access_log,
-            level,
-        };
-
-        let limits = Limits {
-            max_head_bytes: max_head_bytes as usize,
-            max_target_bytes: (max_target_bytes as usize).min(max_head_bytes as usize),
-            max_headers: max_headers as usize,
-            max_body_bytes,
-            queue_depth: queue_depth as usize,
-            guest_cpu_deadline: Duration::from_millis(cpu_deadline_ms),
-            guest_memory_bytes: (memory_limit_mib << 20) as usize,
-            handler_timeout: Duration::from_millis(handler_timeout_ms),
-            kv_max_bytes: kv_max_bytes as usize,
-            max_connections: max_connections as usize,
-            max_send_buffer_bytes: max_send_buffer_bytes as usize,
-            idle_timeout,
-            head_timeout,
-            request_timeout,
-            send_timeout,
-            drain_timeout,
-            ws_max_message_bytes: ws_max_message_bytes as usize,
-            ws_ping_interval,
-            ws_pong_timeout,
-        };
-        Ok(ServeConfig {
-            listen,
-            plugins_dir,
-            workers: workers as usize,
-            limits,
-            pooling,
-            watch,
-            cache_dir,
-            admin,
-            ready_file,
-            log,
-            source: file.map(|(_, path, _)| path.to_owned()),
-        })
+        Ok(())
     }
 
     /// The effective configuration in the config file's own format.
     pub fn to_toml(&self) -> String {
-        #[derive(Serialize)]
-        struct Out<'a> {
-            listen: String,
-            plugins: &'a Path,
-            workers: usize,
-            pooling: bool,
-            watch: bool,
-            cache: bool,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            cache_dir: Option<&'a Path>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            admin: Option<String>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            ready_file: Option<&'a Path>,
-            limits: OutLimits,
-            timeouts: OutTimeouts,
-            log: OutLog<'a>,
-        }
-        #[derive(Serialize)]
-        struct OutLog<'a> {
-            format: &'static str,
-            access_log: bool,
-            level: &'a str,
-        }
-        #[derive(Serialize)]
-        struct OutLimits {
-            max_head_bytes: usize,
-            max_headers: usize,
-            max_target_bytes: usize,
-            max_body_bytes: u64,
-            queue_depth: usize,
-            cpu_deadline_ms: u64,
-            memory_limit_mib: usize,
-            handler_timeout_ms: u64,
-            kv_max_bytes: usize,
-            max_connections: usize,
-            max_send_buffer_bytes: usize,
-            ws_max_message_bytes: usize,
-        }
-        #[derive(Serialize)]
-        struct OutTimeouts {
-            idle_ms: u64,
-            head_ms: u64,
-            request_ms: u64,
-            send_ms: u64,
-            drain_ms: u64,
-            ws_ping_ms: u64,
-            ws_pong_ms: u64,
-        }
-        let l = &self.limits;
-        let out = Out {
-            listen: self.listen.to_string(),
-            plugins: &self.plugins_dir,
-            workers: self.workers,
-            pooling: self.pooling,
-            watch: self.watch,
-            cache: self.cache_dir.is_some(),
-            cache_dir: self.cache_dir.as_deref(),
-            admin: self.admin.map(|a| a.to_string()),
-            ready_file: self.ready_file.as_deref(),
-            limits: OutLimits {
-                max_head_bytes: l.max_head_bytes,
-                max_headers: l.max_headers,
-                max_target_bytes: l.max_target_bytes,
-                max_body_bytes: l.max_body_bytes,
-                queue_depth: l.queue_depth,
-                cpu_deadline_ms: l.guest_cpu_deadline.as_millis() as u64,
-                memory_limit_mib: l.guest_memory_bytes >> 20,
-                handler_timeout_ms: l.handler_timeout.as_millis() as u64,
-                kv_max_bytes: l.kv_max_bytes,
-                max_connections: l.max_connections,
-                max_send_buffer_bytes: l.max_send_buffer_bytes,
-                ws_max_message_bytes: l.ws_max_message_bytes,
-            },
-            timeouts: OutTimeouts {
-                idle_ms: l.idle_timeout.as_millis() as u64,
-                head_ms: l.head_timeout.as_millis() as u64,
-                request_ms: l.request_timeout.as_millis() as u64,
-                send_ms: l.send_timeout.as_millis() as u64,
-                drain_ms: l.drain_timeout.as_millis() as u64,
-                ws_ping_ms: l.ws_ping_interval.as_millis() as u64,
-                ws_pong_ms: l.ws_pong_timeout.as_millis() as u64,
-            },
-            log: OutLog {
-                format: if self.log.json { "json" } else { "text" },
-                access_log: self.log.access_log,
-                level: &self.log.level,
-            },
-        };
-        toml::to_string(&out).unwrap_or_default()
+        settings::to_toml(SETTINGS, self)
     }
 }
 
@@ -702,15 +629,20 @@ impl ServeConfig {
 mod tests {
     use super::*;
 
-    fn from_text(text: &str, flags: Overrides) -> Result<ServeConfig, String> {
+    fn flags(given: &[(&'static str, &str)]) -> Flags {
+        Flags {
+            given: given.iter().map(|(k, v)| (*k, (*v).to_owned())).collect(),
+        }
+    }
+
+    fn from_text(text: &str, given: &[(&'static str, &str)]) -> Result<ServeConfig, String> {
         let path = Path::new("/etc/ankh/ankh.toml");
-        let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
-        ServeConfig::resolve(Some((file, path, text)), flags).map_err(|e| e.to_string())
+        ServeConfig::resolve(Some((path, text)), &flags(given)).map_err(|e| e.to_string())
     }
 
     #[test]
     fn defaults_without_a_file() {
-        let c = ServeConfig::resolve(None, Overrides::default()).unwrap();
+        let c = ServeConfig::resolve(None, &Flags::default()).unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(c.plugins_dir, PathBuf::from("plugins"));
         assert_eq!(c.limits, Limits::default());
@@ -720,59 +652,45 @@ mod tests {
     #[test]
     fn file_values_apply_and_flags_win() {
         let text = "listen = \"127.0.0.1:9000\"\nplugins = \"p\"\n[limits]\nqueue_depth = 7\n[timeouts]\nidle_ms = 1500\n";
-        let c = from_text(text, Overrides::default()).unwrap();
+        let c = from_text(text, &[]).unwrap();
         assert_eq!(c.listen.port(), 9000);
         assert_eq!(c.plugins_dir, PathBuf::from("/etc/ankh/p"));
         assert_eq!(c.limits.queue_depth, 7);
         assert_eq!(c.limits.idle_timeout, Duration::from_millis(1500));
-        let flags = Overrides {
-            queue_depth: Some(9),
-            plugins: Some(PathBuf::from("q")),
-            ..Overrides::default()
-        };
-        let c = from_text(text, flags).unwrap();
+        let c = from_text(text, &[("queue-depth", "9"), ("plugins", "q")]).unwrap();
         assert_eq!(c.limits.queue_depth, 9);
         assert_eq!(c.plugins_dir, PathBuf::from("q"));
     }
 
     #[test]
     fn bad_values_name_file_line_and_key() {
-        let e = from_text(
-            "workers = 4\n\n[limits]\nqueue_depth = 0\n",
-            Overrides::default(),
-        )
-        .unwrap_err();
+        let e = from_text("workers = 4\n\n[limits]\nqueue_depth = 0\n", &[]).unwrap_err();
         assert_eq!(
             e,
             "/etc/ankh/ankh.toml:4: limits.queue_depth: must be between 1 and 1048576, got 0"
         );
         // See: issue 12, item 9: names resolve, as for every server.
-        let c = from_text("listen = \"localhost:9000\"\n", Overrides::default()).unwrap();
+        let c = from_text("listen = \"localhost:9000\"\n", &[]).unwrap();
         assert!(c.listen.ip().is_loopback() && c.listen.port() == 9000);
-        let e = from_text("listen = \"nope\"\n", Overrides::default()).unwrap_err();
+        let e = from_text("listen = \"nope\"\n", &[]).unwrap_err();
         assert!(
             e.starts_with("/etc/ankh/ankh.toml:1: listen: invalid address"),
             "{e}"
         );
-        let e = ServeConfig::resolve(
-            None,
-            Overrides {
-                workers: Some(0),
-                ..Overrides::default()
-            },
-        )
-        .unwrap_err()
-        .to_string();
+        let e = ServeConfig::resolve(None, &flags(&[("workers", "0")]))
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "--workers: must be between 1 and 10000, got 0");
+        let e = from_text("[limits]\nqueue_depth = \"many\"\n", &[]).unwrap_err();
+        assert_eq!(
+            e,
+            "/etc/ankh/ankh.toml:2: limits.queue_depth: expected a whole number, found string"
+        );
     }
 
     #[test]
     fn a_relative_cache_dir_is_made_absolute() {
-        let flags = Overrides {
-            cache_dir: Some(PathBuf::from("cache")),
-            ..Overrides::default()
-        };
-        let c = ServeConfig::resolve(None, flags).unwrap();
+        let c = ServeConfig::resolve(None, &flags(&[("cache-dir", "cache")])).unwrap();
         let dir = c.cache_dir.unwrap();
         assert!(
             dir.is_absolute() && dir.ends_with("cache"),
@@ -783,7 +701,7 @@ mod tests {
 
     #[test]
     fn log_keys_apply_and_are_checked() {
-        let c = ServeConfig::resolve(None, Overrides::default()).unwrap();
+        let c = ServeConfig::resolve(None, &Flags::default()).unwrap();
         assert_eq!(
             c.log,
             LogConfig {
@@ -793,45 +711,96 @@ mod tests {
             }
         );
         let text = "[log]\nformat = \"json\"\naccess_log = false\nlevel = \"warn\"\n";
-        let c = from_text(text, Overrides::default()).unwrap();
+        let c = from_text(text, &[]).unwrap();
         assert!(c.log.json && !c.log.access_log);
         assert_eq!(c.log.level, "warn");
-        let flags = Overrides {
-            log_format: Some("text".into()),
-            log_level: Some("debug".into()),
-            ..Overrides::default()
-        };
-        let c = from_text(text, flags).unwrap();
+        let c = from_text(text, &[("log-format", "text"), ("log-level", "debug")]).unwrap();
         assert!(!c.log.json);
         assert_eq!(c.log.level, "debug");
-        let e = from_text("[log]\nlevel = \"info,=[\"\n", Overrides::default()).unwrap_err();
+        let e = from_text("[log]\nlevel = \"info,=[\"\n", &[]).unwrap_err();
         assert!(
             e.starts_with("/etc/ankh/ankh.toml:2: log.level: invalid log filter"),
             "{e}"
         );
-        let e = from_text("[log]\ncolour = true\n", Overrides::default()).unwrap_err();
-        assert!(e.contains("unknown field `colour`"), "{e}");
+        let e = from_text("[log]\ncolour = true\n", &[]).unwrap_err();
+        assert!(
+            e.starts_with(
+                "/etc/ankh/ankh.toml:2: log.colour: unknown field `colour`, expected one of:"
+            ),
+            "{e}"
+        );
     }
 
     #[test]
     fn unknown_keys_are_refused_with_their_line() {
-        let e = from_text(
-            "workers = 4\n[limits]\nmax_heads = 3\n",
-            Overrides::default(),
-        )
-        .unwrap_err();
+        let e = from_text("workers = 4\n[limits]\nmax_heads = 3\n", &[]).unwrap_err();
         assert!(
-            e.contains("line 3") && e.contains("unknown field `max_heads`"),
+            e.starts_with("/etc/ankh/ankh.toml:3: limits.max_heads: unknown field `max_heads`"),
+            "{e}"
+        );
+        let e = from_text("wrkers = 4\n", &[]).unwrap_err();
+        assert!(
+            e.starts_with("/etc/ankh/ankh.toml:1: wrkers: unknown field `wrkers`"),
             "{e}"
         );
     }
 
     #[test]
     fn the_printed_config_reads_back_the_same() {
-        let c = ServeConfig::resolve(None, Overrides::default()).unwrap();
+        let c = ServeConfig::resolve(None, &flags(&[("admin", "127.0.0.1:9999")])).unwrap();
         let text = c.to_toml();
-        let again = from_text(&text, Overrides::default()).unwrap();
+        let again = from_text(&text, &[]).unwrap();
         assert_eq!(again.limits, c.limits);
         assert_eq!(again.listen, c.listen);
+        assert_eq!(again.admin, c.admin);
+    }
+
+    // See: issue 13: one error message named the wrong flag.
+    #[test]
+    fn a_target_limit_error_names_its_own_flag() {
+        let e = ServeConfig::resolve(None, &flags(&[("max-target-bytes", "1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--max-target-bytes: must be between 16"),
+            "{e}"
+        );
+    }
+
+    // See: issue 13: one value was clamped silently instead of refused.
+    #[test]
+    fn a_target_limit_over_the_head_limit_is_refused() {
+        let e = from_text(
+            "[limits]\nmax_head_bytes = 1024\nmax_target_bytes = 2048\n",
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "/etc/ankh/ankh.toml:3: limits.max_target_bytes: 2048 is more than limits.max_head_bytes (1024), which the target is part of"
+        );
+    }
+
+    #[test]
+    fn help_shows_the_real_defaults_and_the_key() {
+        let queue = SETTINGS
+            .iter()
+            .find(|s| s.key == "limits.queue_depth")
+            .unwrap();
+        let help = queue.help();
+        assert!(
+            help.contains(&format!("[default: {}]", limits::QUEUE_DEPTH)),
+            "{help}"
+        );
+        assert!(help.contains("[config: limits.queue_depth]"), "{help}");
+        let memory = SETTINGS
+            .iter()
+            .find(|s| s.key == "limits.memory_limit_mib")
+            .unwrap();
+        assert!(
+            memory
+                .help()
+                .contains(&format!("[default: {}]", limits::GUEST_MEMORY_BYTES >> 20))
+        );
     }
 }

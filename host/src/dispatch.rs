@@ -4,8 +4,9 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::job::{ConnId, EventJob, Job, RequestJob, WsEvent, WsId};
 use crate::limits::RETRY_AFTER_SECS;
+use crate::message::{ConnId, WsEvent, WsId};
+use crate::pool::job::{EventJob, Job, RequestJob};
 use crate::pool::{Busy, WorkerPool};
 use crate::proto::request::RequestHead;
 use crate::runtime::registry::{Mount, Registry};

@@ -16,8 +16,7 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::job::WsId;
-use crate::limits::{WS_MAX_TOPIC_BYTES, WS_MAX_TOPICS_PER_CONNECTION};
+use crate::message::WsId;
 
 /// Why a subscription was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,9 +108,16 @@ impl Hub {
         }
     }
 
-    /// Subscribes `ws`, which must be `owner`'s, to `owner`'s `topic`.
-    pub fn subscribe(&self, owner: &str, ws: WsId, topic: &str) -> Result<(), SubscribeError> {
-        if topic.len() > WS_MAX_TOPIC_BYTES {
+    /// Subscribes `ws`, which must be `owner`'s, to `owner`'s `topic`, within `(longest
+    /// topic, most topics per connection)`.
+    pub fn subscribe(
+        &self,
+        owner: &str,
+        ws: WsId,
+        topic: &str,
+        (max_topic_bytes, max_topics): (usize, usize),
+    ) -> Result<(), SubscribeError> {
+        if topic.len() > max_topic_bytes {
             return Err(SubscribeError::TooLarge);
         }
         let mut inner = self.lock();
@@ -120,7 +126,7 @@ impl Hub {
             .get_mut(&ws)
             .filter(|c| &*c.owner == owner)
             .ok_or(SubscribeError::Closed)?;
-        if conn.topics.len() >= WS_MAX_TOPICS_PER_CONNECTION && !conn.topics.contains(topic) {
+        if conn.topics.len() >= max_topics && !conn.topics.contains(topic) {
             return Err(SubscribeError::TooLarge);
         }
         conn.topics.insert(topic.to_owned());
@@ -214,6 +220,8 @@ impl IdSource {
 mod tests {
     use super::*;
 
+    const CAPS: (usize, usize) = (256, 64);
+
     fn owner(name: &str) -> Arc<str> {
         Arc::from(name)
     }
@@ -225,19 +233,22 @@ mod tests {
         let a = hub.open(&p);
         let b = hub.open(&p);
         assert_ne!(a, b);
-        hub.subscribe("p", a, "room").unwrap();
-        hub.subscribe("p", b, "room").unwrap();
+        hub.subscribe("p", a, "room", CAPS).unwrap();
+        hub.subscribe("p", b, "room", CAPS).unwrap();
         let mut both = vec![a, b];
         both.sort_unstable();
         assert_eq!(hub.subscribers("p", "room"), both);
         hub.closed(a);
         assert!(!hub.is_open_for(a, "p"));
         assert_eq!(hub.subscribers("p", "room"), vec![b]);
-        assert_eq!(hub.subscribe("p", a, "room"), Err(SubscribeError::Closed));
+        assert_eq!(
+            hub.subscribe("p", a, "room", CAPS),
+            Err(SubscribeError::Closed)
+        );
         hub.unsubscribe("p", b, "room").unwrap();
         assert!(hub.subscribers("p", "room").is_empty());
         assert_eq!(
-            hub.subscribe("p", b, &"x".repeat(1000)),
+            hub.subscribe("p", b, &"x".repeat(1000), CAPS),
             Err(SubscribeError::TooLarge)
         );
     }
@@ -248,11 +259,11 @@ mod tests {
         let (chat, evil) = (owner("chat"), owner("evil"));
         let victim = hub.open(&chat);
         let own = hub.open(&evil);
-        hub.subscribe("chat", victim, "room:lobby").unwrap();
+        hub.subscribe("chat", victim, "room:lobby", CAPS).unwrap();
         assert!(hub.is_open_for(victim, "chat"));
         assert!(!hub.is_open_for(victim, "evil"));
         assert_eq!(
-            hub.subscribe("evil", victim, "x"),
+            hub.subscribe("evil", victim, "x", CAPS),
             Err(SubscribeError::Closed)
         );
         assert_eq!(
@@ -260,7 +271,7 @@ mod tests {
             Err(SubscribeError::Closed)
         );
         assert!(hub.subscribers("evil", "room:lobby").is_empty());
-        hub.subscribe("evil", own, "room:lobby").unwrap();
+        hub.subscribe("evil", own, "room:lobby", CAPS).unwrap();
         assert_eq!(hub.subscribers("chat", "room:lobby"), vec![victim]);
         assert_eq!(hub.subscribers("evil", "room:lobby"), vec![own]);
     }

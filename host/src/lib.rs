@@ -5,7 +5,7 @@
 //! ```text
 //! net (mio socket loop) → proto::request / proto::body (parse) → dispatch (route, queue)
 //!   → pool (worker threads) → runtime (wasm instance, under limits) → proto::response (bytes)
-//!   → job::Reply + waker → net (write)
+//!   → pool::reply::Reply + waker → net (write)
 //! ```
 //!
 //! Handlers never run on the I/O thread, and nothing a plugin does (a trap, a runaway loop, a
@@ -22,9 +22,9 @@ pub mod log_limit;
 // Sans-IO HTTP/1.1.
 pub mod proto;
 
-// What crosses threads.
+// Ids and messages every layer shares, and the table of open WebSockets.
 pub mod hub;
-pub mod job;
+pub mod message;
 
 // The wasm side.
 pub mod runtime;
@@ -38,6 +38,9 @@ pub mod dispatch;
 // Sockets.
 pub mod net;
 
+// The access log, written by whoever answers.
+pub mod access;
+
 // The edges: configuration, the command line, loading and building plugins, assembly.
 pub mod admin;
 pub mod builder;
@@ -50,3 +53,4 @@ pub mod metrics;
 pub mod new;
 pub mod reload;
 pub mod server;
+pub mod settings;

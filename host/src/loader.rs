@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::limits::PLUGIN_START_GRACE;
 use crate::runtime::engine::Runtime;
 use crate::runtime::plugin::{LoadError, Plugin, version_digest};
-use crate::runtime::registry::{Registry, prefix_for};
+use crate::runtime::registry::{Registry, mounts, prefix_for};
 
 /// The plugin name for a path, if it is a `.wasm` file with a usable name.
 pub fn plugin_name(path: &Path) -> Option<&str> {
@@ -54,24 +54,6 @@ pub fn warn_unusable_name(path: &Path) {
         path = %path.display(),
         "ignored: a plugin file name may only use letters, digits, '-', '_' and '.'"
     );
-}
-
-/// A plugin's mounts for the log: `/hello`, `/a,/b`, `/ (fallback)`.
-pub fn mounts(routes: &[String]) -> String {
-    routes
-        .iter()
-        .map(|r| display_mount(r))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// `/hello`, or `/` for the index plugin.
-pub fn display_mount(prefix: &str) -> &str {
-    if prefix.is_empty() {
-        "/ (fallback)"
-    } else {
-        prefix
-    }
 }
 
 /// What to do with a plugin name next.

@@ -98,12 +98,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Dev(args) => {
-            let mut config = args.serve.into_config()?;
+            let config = args.serve.into_dev_config(&args.src)?;
             init_logging(&config.log);
             // Serve at once; the first build runs on the dev thread and its results are
             // swapped in by hot reload as they land.
-            config.plugins_dir = args.src.clone();
-            config.watch = true;
             let server = Server::bind(&config)?;
             handle_signals(server.stop_handle())?;
             let (src, release) = (args.src.clone(), !args.debug);

@@ -8,10 +8,10 @@ use anyhow::{Context, bail};
 use crate::config::ServeConfig;
 use crate::dispatch::Dispatcher;
 use crate::hub::Hub;
-use crate::job::reply_channel;
 use crate::loader::Loads;
 use crate::net::event_loop::{Ended, EventLoop, Shared, StopHandle};
 use crate::pool::WorkerPool;
+use crate::pool::reply::reply_channel;
 use crate::runtime::engine::{Runtime, RuntimeConfig};
 use crate::runtime::registry::Registry;
 
@@ -75,6 +75,7 @@ impl Server {
             cpu_deadline: config.limits.guest_cpu_deadline,
             handler_timeout: config.limits.handler_timeout,
             kv_max_bytes: config.limits.kv_max_bytes,
+            ws_max_message_bytes: config.limits.ws_max_message_bytes,
             max_body_bytes: config.limits.max_body_bytes,
             pooling: config.pooling,
             cache_dir: config.cache_dir.clone(),
@@ -105,13 +106,13 @@ impl Server {
             let _ = wake.wake();
         }));
         let hub = Arc::new(Hub::default());
-        let link = crate::runtime::state::WsLink {
-            hub: hub.clone(),
-            reply: reply_tx,
-            max_message_bytes: config.limits.ws_max_message_bytes,
-        };
-        let pool = WorkerPool::new(config.workers, config.limits.queue_depth, link)
-            .context("cannot start worker threads")?;
+        let pool = WorkerPool::new(
+            config.workers,
+            config.limits.queue_depth,
+            reply_tx,
+            hub.clone(),
+        )
+        .context("cannot start worker threads")?;
         let dispatcher = Dispatcher::new(registry.clone(), pool);
         let depth = dispatcher.depth_probe();
         let (event_loop, stop) = EventLoop::new(

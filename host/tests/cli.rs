@@ -188,3 +188,108 @@ fn cli_messages_say_what_is_wrong() {
     let printed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(printed.contains("listen = \"127.0.0.1:0\""), "{printed}");
 }
+
+// See: issue 13: `--help`, `--print-config` and the constants in limits.rs cannot drift apart,
+// since each setting is declared once; this checks what the user sees against the declaration
+// and against the constants themselves.
+#[test]
+fn help_and_print_config_show_the_real_defaults() {
+    use ankh::config::SETTINGS;
+    use ankh::settings::{Flag, Value};
+    let dir = TempDir::new(line!().to_string().as_str());
+    let help = String::from_utf8(ankh(&["serve", "--help"]).stdout).unwrap();
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    let out = ankh(&[
+        "serve",
+        "--print-config",
+        "--plugins",
+        dir.path().to_str().unwrap(),
+        "--cache-dir",
+        "/tmp/ankh-cli-cache",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed: toml::Table = toml::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    let lookup = |key: &str| -> Option<toml::Value> {
+        match key.split_once('.') {
+            Some((section, key)) => printed.get(section)?.get(key).cloned(),
+            None => printed.get(key).cloned(),
+        }
+    };
+    for setting in SETTINGS {
+        let default = (setting.default)();
+        if let Flag::Value { long, .. } = setting.flag
+            && default != Value::Unset
+        {
+            assert!(
+                help.contains(&format!("--{long} ")),
+                "--{long} missing from --help"
+            );
+            assert!(
+                help.contains(&format!("[default: {}]", default.display())),
+                "--{long}: the default {} is not in --help",
+                default.display()
+            );
+        }
+        if matches!(setting.key, "plugins" | "cache_dir") {
+            continue; // given on the command line above
+        }
+        if let Value::Number(n) = default {
+            assert_eq!(
+                lookup(setting.key).and_then(|v| v.as_integer()),
+                Some(n as i64),
+                "{}",
+                setting.key
+            );
+        }
+    }
+    // And the constants, by name.
+    use ankh::limits;
+    for (key, constant) in [
+        ("limits.queue_depth", limits::QUEUE_DEPTH as i64),
+        ("limits.max_body_bytes", limits::MAX_BODY_BYTES as i64),
+        (
+            "limits.memory_limit_mib",
+            (limits::GUEST_MEMORY_BYTES >> 20) as i64,
+        ),
+        (
+            "limits.cpu_deadline_ms",
+            limits::GUEST_CPU_DEADLINE.as_millis() as i64,
+        ),
+        (
+            "limits.handler_timeout_ms",
+            limits::HANDLER_TIMEOUT.as_millis() as i64,
+        ),
+        ("timeouts.send_ms", limits::SEND_TIMEOUT.as_millis() as i64),
+        (
+            "timeouts.drain_ms",
+            limits::DRAIN_TIMEOUT.as_millis() as i64,
+        ),
+    ] {
+        assert_eq!(
+            lookup(key).and_then(|v| v.as_integer()),
+            Some(constant),
+            "{key}"
+        );
+        assert!(help.contains(&format!("[default: {constant}]")), "{key}");
+    }
+}
+
+// See: issue 13: `ankh dev` set the plugins directory after the check that keeps the compile
+// cache out of the watched directory.
+#[test]
+fn dev_keeps_the_cache_out_of_the_directory_it_watches() {
+    let dir = TempDir::new(line!().to_string().as_str());
+    let cache = dir.path().join("cache");
+    let out = ankh(&[
+        "dev",
+        dir.path().to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is inside the plugins directory"),
+        "{}",
+        stderr(&out)
+    );
+}

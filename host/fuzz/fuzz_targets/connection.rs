@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use ankh::dispatch::Dispatcher;
 use ankh::hub::Hub;
-use ankh::job::{ConnId, reply_channel};
+use ankh::message::ConnId;
+use ankh::pool::reply::reply_channel;
 use ankh::limits::Limits;
 use ankh::net::conn::{Conn, Ctx, Liveness, Transport};
 use ankh::pool::WorkerPool;
@@ -72,12 +73,7 @@ fuzz_target!(|data: &[u8]| {
     let (reply_tx, _reply_rx) = reply_channel(Arc::new(|| {}));
     let hub = Arc::new(Hub::default());
     let metrics = ankh::metrics::Metrics::default();
-    let link = ankh::runtime::state::WsLink {
-        hub: hub.clone(),
-        reply: reply_tx,
-        max_message_bytes: limits.ws_max_message_bytes,
-    };
-    let pool = WorkerPool::new(0, 4, link).unwrap();
+    let pool = WorkerPool::new(0, 4, reply_tx, hub.clone()).unwrap();
     let mut dispatcher = Dispatcher::new(Arc::new(Registry::default()), pool);
     let start = Instant::now();
     let io = MemIo {

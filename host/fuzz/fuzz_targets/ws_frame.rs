@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use ankh::job::{Outbound, WsEvent};
+use ankh::message::{Outbound, WsEvent};
 use ankh::limits::Limits;
 use ankh::net::ws::WsConn;
 use libfuzzer_sys::fuzz_target;

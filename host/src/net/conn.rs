@@ -21,18 +21,18 @@ use std::time::Instant;
 
 use super::io::{Step, read_some, write_some};
 use super::ws::WsConn;
+use crate::access::Access;
 use crate::dispatch::{Dispatcher, Immediate, Undelivered};
 use crate::hub::Hub;
-use crate::job::{ConnId, Outbound, WsEvent, WsId};
 use crate::limits::{
     LINGER_IDLE_TIMEOUT, LINGER_MAX_BYTES, LINGER_TIMEOUT, Limits, READ_CHUNK_BYTES,
 };
+use crate::message::{ConnId, Outbound, WsEvent, WsId};
 use crate::proto::body::BodyDecoder;
 use crate::proto::frame::close_code;
 use crate::proto::request::{self, Framing, RequestHead};
 use crate::proto::response::{self, RequestMeta};
 use crate::proto::{ProtoError, Status, Version};
-use crate::runtime::call::Access;
 use crate::runtime::registry::Mount;
 use crate::runtime::watch::Cancel;
 

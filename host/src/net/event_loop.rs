@@ -19,8 +19,9 @@ use std::collections::HashMap;
 use super::conn::{Conn, Ctx, Liveness};
 use crate::dispatch::Dispatcher;
 use crate::hub::Hub;
-use crate::job::{ConnId, Reply, ReplyRx, WsEvent, WsId};
 use crate::limits::Limits;
+use crate::message::{ConnId, WsEvent, WsId};
+use crate::pool::reply::{Reply, ReplyRx};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);

@@ -18,8 +18,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::job::{Outbound, WsEvent, WsId};
 use crate::limits::{Limits, WS_CLOSE_TIMEOUT, WS_MAX_QUEUED_EVENTS};
+use crate::message::{Outbound, WsEvent, WsId};
 use crate::proto::frame::{self, Event, FrameReader, close_code, opcode};
 
 /// Where the protocol is.
@@ -207,7 +207,8 @@ impl WsConn {
             code: Some(violation.close_code()),
             reason: violation.reason().to_owned(),
             echo: false,
-            peer_closed: false,
+            // A malformed Close is still the peer's Close: ours then ends the handshake.
+            peer_closed: self.reader.peer_closed(),
         };
     }
 
@@ -352,7 +353,7 @@ impl WsConn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::WsMessage;
+    use crate::message::WsMessage;
 
     fn masked(first: u8, payload: &[u8]) -> Vec<u8> {
         let key = [1, 2, 3, 4];
@@ -437,6 +438,21 @@ mod tests {
         ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX);
         assert!(ws.finished());
         assert!(ws.done());
+    }
+
+    #[test]
+    fn a_malformed_close_is_answered_and_ends_the_handshake() {
+        // Autobahn 7.3.2: a Close with a one-byte payload. The peer has closed its side;
+        // after our 1002, TCP closes without waiting for another Close.
+        let mut ws = conn();
+        let mut rbuf = masked(0x88, &[0x03]);
+        let mut wbuf = Vec::new();
+        let now = Instant::now();
+        ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX);
+        drain_events(&mut ws);
+        ws.settle(&mut wbuf, now);
+        assert_eq!(&wbuf[2..4], &1002u16.to_be_bytes());
+        assert!(ws.finished());
     }
 
     #[test]

@@ -5,14 +5,20 @@
 //! [`Busy`] and the client gets 503 + `Retry-After`, rather than the host queueing without
 //! bound.
 
+pub mod job;
+pub mod reply;
 mod worker;
 
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
-use crate::job::Job;
+use crate::pool::job::Job;
+use std::sync::Arc;
+
+use crate::hub::Hub;
 use crate::runtime::state::WsLink;
+use reply::ReplyTx;
 
 /// The queue is full.
 #[derive(Debug)]
@@ -28,17 +34,26 @@ pub struct WorkerPool {
 }
 
 impl WorkerPool {
-    /// Starts `workers` threads sharing a queue of `queue_depth` jobs. Their plugins reach
-    /// WebSockets, and send replies, through `link`.
-    pub fn new(workers: usize, queue_depth: usize, link: WsLink) -> std::io::Result<Self> {
+    /// Starts `workers` threads sharing a queue of `queue_depth` jobs. They send what comes
+    /// of each job through `reply`; their plugins reach WebSockets through `hub` and `reply`.
+    pub fn new(
+        workers: usize,
+        queue_depth: usize,
+        reply: ReplyTx,
+        hub: Arc<Hub>,
+    ) -> std::io::Result<Self> {
         let (tx, rx) = crossbeam_channel::bounded::<Box<Job>>(queue_depth);
+        let link = WsLink {
+            hub,
+            out: Arc::new(reply.clone()),
+        };
         let mut threads = Vec::with_capacity(workers);
         for i in 0..workers {
             let rx = rx.clone();
-            let link = link.clone();
+            let (link, reply) = (link.clone(), reply.clone());
             let thread = std::thread::Builder::new()
                 .name(format!("ankh-worker-{i}"))
-                .spawn(move || worker::Worker::new(link).run(rx))?;
+                .spawn(move || worker::Worker::new(reply, link).run(rx))?;
             threads.push(thread);
         }
         Ok(WorkerPool {

@@ -7,10 +7,13 @@ use std::sync::Arc;
 
 use crossbeam_channel::Receiver;
 
-use crate::job::{EventJob, Job, Reply, ReplyTx, RequestJob};
+use crate::access::Access;
+use crate::message::ConnId;
+use crate::pool::job::{EventJob, Job, RequestJob};
+use crate::pool::reply::{Reply, ReplyTx};
 use crate::proto::{Version, header, ws};
 use crate::runtime::bindings::types;
-use crate::runtime::call::{Access, CallContext, Origin};
+use crate::runtime::call::{CallContext, Origin, Responder};
 use crate::runtime::instance::{Failure, Instance, InvokeError};
 use crate::runtime::plugin::Plugin;
 use crate::runtime::state::WsLink;
@@ -28,9 +31,9 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    pub(super) fn new(link: WsLink) -> Self {
+    pub(super) fn new(reply: ReplyTx, link: WsLink) -> Self {
         Worker {
-            reply: link.reply.clone(),
+            reply,
             link,
             instances: HashMap::new(),
             buf: Vec::with_capacity(4096),
@@ -42,13 +45,13 @@ impl Worker {
             match *job {
                 Job::Request(job) => {
                     let origin = origin(&job);
+                    let to = self.to_connection(job.conn, job.seq);
                     let plugin = job.plugin.name.clone();
                     if catch_unwind(AssertUnwindSafe(|| self.serve(job))).is_err() {
                         // A bug in the host, not in the plugin: answer, forget the instance.
                         tracing::error!(%plugin, "worker panicked while serving a request");
                         self.instances.remove(&plugin);
-                        let mut call =
-                            CallContext::new(origin, plugin, self.reply.clone(), Vec::new());
+                        let mut call = CallContext::new(origin, plugin, to, Vec::new());
                         call.respond_error(500, "internal error in the ankh host");
                     }
                 }
@@ -122,6 +125,16 @@ impl Worker {
     /// After a call: replaces the instance if its policy says so (a fresh one per request,
     /// a bounded number of calls each), or if its memory grew past the policy's bound (wasm
     /// memory never shrinks; a fresh instance starts small again).
+    /// Where a call's response goes: request `seq` of connection `conn`, through the reply
+    /// queue.
+    fn to_connection(&self, conn: ConnId, seq: u64) -> Box<dyn Responder> {
+        Box::new(ToConnection {
+            conn,
+            seq,
+            reply: self.reply.clone(),
+        })
+    }
+
     /// The instance modes count requests; memory growth counts after any call.
     fn recycle_if_due(&mut self, plugin: &Plugin, after_request: bool) {
         let Some(instance) = self.instances.get(&plugin.name) else {
@@ -153,7 +166,9 @@ impl Worker {
         let origin = origin(&job);
         let plugin = job.plugin.clone();
         let buf = std::mem::take(&mut self.buf);
-        let mut call = CallContext::new(origin, plugin.name.clone(), self.reply.clone(), buf);
+        let (conn, seq) = (job.conn, job.seq);
+        let to = self.to_connection(conn, seq);
+        let mut call = CallContext::new(origin, plugin.name.clone(), to, buf);
         if job.cancel.is_cancelled() {
             // The client left while the request waited in the queue: nobody wants the answer.
             plugin
@@ -207,7 +222,7 @@ impl Worker {
                 }
             }
             Ok(types::Outcome::Upgrade(upgrade)) => {
-                self.upgrade(&plugin, &request, upgrade, &mut call);
+                self.upgrade(&plugin, &request, upgrade, &mut call, (conn, seq));
             }
             Err(failure) => {
                 let context = format!("request {:016x}", call.request_id);
@@ -231,6 +246,7 @@ impl Worker {
         request: &types::Request,
         upgrade: types::Upgrade,
         call: &mut CallContext,
+        (conn, seq): (ConnId, u64),
     ) {
         if call.responded() {
             crate::warn_limited!(plugin = %plugin.name, "upgrade refused: the request was already answered");
@@ -278,7 +294,6 @@ impl Worker {
         }
         let bytes = ws::switching_protocols(&accept, protocol.as_deref(), &extra);
         let ws_id = self.link.hub.open(&plugin.name);
-        let (conn, seq) = call.conn();
         call.mark_upgraded();
         call.log_upgrade();
         self.reply.send(Reply::Upgrade {
@@ -310,7 +325,7 @@ impl Worker {
             plugin,
             event,
         } = job;
-        let closing = matches!(event, crate::job::WsEvent::Close { .. });
+        let closing = matches!(event, crate::message::WsEvent::Close { .. });
         match self.instance(&plugin) {
             Ok(instance) => {
                 if let Err(failure) = instance.on_event(ws, event) {
@@ -343,10 +358,26 @@ impl Worker {
     }
 }
 
+/// A response for request `seq` of `conn`, through the reply queue to the I/O thread.
+struct ToConnection {
+    conn: ConnId,
+    seq: u64,
+    reply: ReplyTx,
+}
+
+impl Responder for ToConnection {
+    fn respond(&mut self, bytes: Vec<u8>, close: bool) {
+        self.reply.send(Reply::Response {
+            conn: self.conn,
+            seq: self.seq,
+            bytes,
+            close,
+        });
+    }
+}
+
 fn origin(job: &RequestJob) -> Origin {
     Origin {
-        conn: job.conn,
-        seq: job.seq,
         request_id: job.request_id,
         version: job.head.version,
         head: job.head.is_head(),

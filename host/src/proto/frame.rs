@@ -18,7 +18,7 @@
 //! buffering them (the rest of an oversized message included) and reports only the peer's
 //! Close, so the closing handshake can complete.
 
-use crate::job::WsMessage;
+use crate::message::WsMessage;
 
 /// Opcodes (RFC 6455 §5.2).
 pub mod opcode {
@@ -142,6 +142,8 @@ pub struct FrameReader {
     discard: bool,
     /// The framing itself was lost (a length that cannot be right): input is ignored.
     broken: bool,
+    /// A Close frame arrived, valid or not: the peer will send nothing more.
+    peer_closed: bool,
 }
 
 /// The result of one [`FrameReader::read`].
@@ -163,7 +165,14 @@ impl FrameReader {
             control: Vec::new(),
             discard: false,
             broken: false,
+            peer_closed: false,
         }
+    }
+
+    /// Whether the peer sent a Close (a malformed one included): its side of the closing
+    /// handshake is done.
+    pub fn peer_closed(&self) -> bool {
+        self.peer_closed
     }
 
     /// From now on, only follow the framing: data is skipped unbuffered, Pings and Pongs are
@@ -348,7 +357,10 @@ impl FrameReader {
     /// A frame is complete: what it came to.
     fn end(&mut self, h: &Header) -> Result<Option<Event>, Violation> {
         match h.opcode {
-            opcode::CLOSE => parse_close(&self.control).map(|c| Some(Event::Close(c))),
+            opcode::CLOSE => {
+                self.peer_closed = true;
+                parse_close(&self.control).map(|c| Some(Event::Close(c)))
+            }
             _ if self.discard => Ok(None),
             opcode::PING => Ok(Some(Event::Ping(std::mem::take(&mut self.control)))),
             opcode::PONG => Ok(Some(Event::Pong)),

@@ -6,24 +6,28 @@
 //! and refuses any second final response for the same request.
 
 use std::fmt;
-use std::sync::Arc;
 
-use crate::job::{ConnId, Reply, ReplyTx};
+pub use crate::access::Access;
 use crate::proto::response::{self, RequestMeta};
 use crate::proto::{Header, Version};
+
+/// Where the answer to a request goes. The runtime knows nothing of connections: the pool
+/// gives each call one of these, which hands the bytes to the I/O thread.
+pub trait Responder: Send {
+    /// Sends the complete response (ready for the wire); `close`: end the connection after it.
+    fn respond(&mut self, bytes: Vec<u8>, close: bool);
+}
 
 /// Everything needed to answer one request, owned by the worker for the length of the call.
 pub struct CallContext {
     pub request_id: u64,
     pub plugin: std::sync::Arc<str>,
-    conn: ConnId,
-    seq: u64,
     version: Version,
     head: bool,
     keep_alive: bool,
     accept_encoding: Option<Vec<u8>>,
     access: Access,
-    reply: ReplyTx,
+    responder: Box<dyn Responder>,
     responded: bool,
     buf: Vec<u8>,
 }
@@ -32,7 +36,6 @@ impl fmt::Debug for CallContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CallContext")
             .field("request_id", &self.request_id)
-            .field("conn", &self.conn)
             .field("responded", &self.responded)
             .finish_non_exhaustive()
     }
@@ -42,11 +45,10 @@ impl fmt::Debug for CallContext {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AlreadyResponded;
 
-/// Where the answer to a request goes.
+/// What the answer to a request must follow: its protocol version, method, connection
+/// preference and accepted codings.
 #[derive(Debug, Clone)]
 pub struct Origin {
-    pub conn: ConnId,
-    pub seq: u64,
     pub request_id: u64,
     pub version: Version,
     pub head: bool,
@@ -56,67 +58,22 @@ pub struct Origin {
     pub access: Access,
 }
 
-/// The request as the access log names it.
-#[derive(Debug, Clone)]
-pub struct Access {
-    pub remote: std::net::SocketAddr,
-    pub method: String,
-    pub path: String,
-    pub received: std::time::Instant,
-    /// The plugin's counters, when a plugin answered.
-    pub metrics: Option<Arc<crate::metrics::PluginMetrics>>,
-}
-
-impl Access {
-    /// One access-log line (target `ankh::access`, off with `--no-access-log`).
-    /// `request` is the request id, `None` for requests no plugin saw (logged as `-`). Nothing
-    /// is formatted unless the line is written.
-    pub fn log(&self, status: u16, bytes: usize, plugin: &str, request: Option<u64>) {
-        if let Some(m) = &self.metrics {
-            m.response(status, self.received.elapsed());
-        }
-        tracing::info!(
-            target: "ankh::access",
-            remote = %self.remote,
-            method = %self.method,
-            path = %self.path,
-            status,
-            bytes,
-            duration_us = self.received.elapsed().as_micros() as u64,
-            plugin = %plugin,
-            request = %RequestId(request),
-            "{} {} {status}",
-            self.method,
-            self.path
-        );
-    }
-}
-
-/// A request id as logged: 16 hex digits, or `-`.
-struct RequestId(Option<u64>);
-
-impl std::fmt::Display for RequestId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(id) => write!(f, "{id:016x}"),
-            None => f.write_str("-"),
-        }
-    }
-}
-
 impl CallContext {
-    pub fn new(origin: Origin, plugin: std::sync::Arc<str>, reply: ReplyTx, buf: Vec<u8>) -> Self {
+    pub fn new(
+        origin: Origin,
+        plugin: std::sync::Arc<str>,
+        responder: Box<dyn Responder>,
+        buf: Vec<u8>,
+    ) -> Self {
         CallContext {
             request_id: origin.request_id,
             plugin,
-            conn: origin.conn,
-            seq: origin.seq,
             version: origin.version,
             head: origin.head,
             keep_alive: origin.keep_alive,
             accept_encoding: origin.accept_encoding,
             access: origin.access,
-            reply,
+            responder,
             responded: false,
             buf,
         }
@@ -125,11 +82,6 @@ impl CallContext {
     /// Whether a final response was sent.
     pub fn responded(&self) -> bool {
         self.responded
-    }
-
-    /// Where the answer goes.
-    pub fn conn(&self) -> (ConnId, u64) {
-        (self.conn, self.seq)
     }
 
     /// Marks the request answered by a switch to WebSocket, sent by the caller.
@@ -241,11 +193,6 @@ impl CallContext {
         // The reply takes the bytes; the next response gets a fresh buffer with the same
         // capacity, so the worker's steady state allocates one buffer per response at most.
         self.buf = Vec::with_capacity(bytes.capacity().min(64 * 1024));
-        self.reply.send(Reply::Response {
-            conn: self.conn,
-            seq: self.seq,
-            bytes,
-            close: !keep_alive,
-        });
+        self.responder.respond(bytes, !keep_alive);
     }
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock};
 
+#[cfg(test)]
 use crate::limits::GUEST_CLOCK_RESOLUTION;
 
 /// The origin of every plugin's monotonic clock, so instants agree across instances.
@@ -64,13 +65,9 @@ impl HostWallClock for Wall {
     }
 }
 
-/// The clocks for a plugin: coarse unless `precise`.
-pub fn for_plugin(precise: bool) -> (Monotonic, Wall) {
-    let resolution = if precise {
-        Duration::from_nanos(1)
-    } else {
-        GUEST_CLOCK_RESOLUTION
-    };
+/// The clocks of a plugin whose limits say `resolution` (see
+/// [`super::guest_limits::GuestLimits::clock_resolution`]).
+pub fn at_resolution(resolution: Duration) -> (Monotonic, Wall) {
     (Monotonic { resolution }, Wall { resolution })
 }
 
@@ -80,7 +77,7 @@ mod tests {
 
     #[test]
     fn coarse_clocks_move_in_whole_steps_and_never_back() {
-        let (mono, wall) = for_plugin(false);
+        let (mono, wall) = at_resolution(GUEST_CLOCK_RESOLUTION);
         let step = GUEST_CLOCK_RESOLUTION.as_nanos() as u64;
         let mut last = 0;
         for _ in 0..10_000 {
@@ -95,7 +92,7 @@ mod tests {
 
     #[test]
     fn precise_clocks_are_the_hosts() {
-        let (mono, _) = for_plugin(true);
+        let (mono, _) = at_resolution(Duration::from_nanos(1));
         let step = GUEST_CLOCK_RESOLUTION.as_nanos() as u64;
         assert!((0..10_000).any(|_| mono.now() % step != 0));
     }

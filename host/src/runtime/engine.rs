@@ -32,6 +32,8 @@ pub struct RuntimeConfig {
     pub handler_timeout: Duration,
     /// The bytes one plugin's key-value store may hold (plugins may change it).
     pub kv_max_bytes: usize,
+    /// The largest WebSocket message a plugin may send.
+    pub ws_max_message_bytes: usize,
     /// The largest request body (plugins may lower it).
     pub max_body_bytes: u64,
     /// Use the pooling instance allocator (falls back to on-demand if it cannot be set up).
@@ -103,7 +105,7 @@ impl Runtime {
         };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        super::timer::add_to_linker(&mut linker)?;
+        super::waits::add_clocks_to_linker(&mut linker)?;
         super::waits::add_to_linker(&mut linker)?;
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
         let ticker = EpochTicker::start(engine.clone(), EPOCH_TICK);

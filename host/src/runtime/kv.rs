@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::limits::{KV_MAX_KEY_BYTES, KV_MAX_KEYS, KV_MAX_VALUE_BYTES};
+use super::guest_limits::GuestLimits;
 use crate::runtime::bindings::types::KvError;
 
 /// All namespaces.
@@ -33,14 +33,14 @@ struct Entries {
 }
 
 impl Entries {
-    /// Stores `value` at `key` if the namespace stays within `max_bytes` and [`KV_MAX_KEYS`].
-    fn put(&mut self, key: String, value: Vec<u8>, max_bytes: usize) -> Result<(), KvError> {
+    /// Stores `value` at `key` if the namespace stays within its byte quota and key count.
+    fn put(&mut self, key: String, value: Vec<u8>, limits: &GuestLimits) -> Result<(), KvError> {
         let old = self.map.get(&key).map(|v| key.len() + v.len());
-        if old.is_none() && self.map.len() >= KV_MAX_KEYS {
+        if old.is_none() && self.map.len() >= limits.kv_max_keys {
             return Err(KvError::Full);
         }
         let next = self.bytes - old.unwrap_or(0) + key.len() + value.len();
-        if next > max_bytes && next > self.bytes {
+        if next > limits.kv_max_bytes && next > self.bytes {
             return Err(KvError::Full);
         }
         self.bytes = next;
@@ -69,13 +69,14 @@ impl Namespace {
         self.lock().map.get(key).cloned()
     }
 
-    /// Stores `value` at `key`. `max_bytes` is the plugin's quota: a write that would take the
-    /// namespace past it is refused with `full` (one that shrinks it is always allowed).
-    pub fn set(&self, key: String, value: Vec<u8>, max_bytes: usize) -> Result<(), KvError> {
-        if key.len() > KV_MAX_KEY_BYTES || value.len() > KV_MAX_VALUE_BYTES {
+    /// Stores `value` at `key`, within the plugin's `limits`: a write that would take the
+    /// namespace past its byte quota is refused with `full` (one that shrinks it is always
+    /// allowed).
+    pub fn set(&self, key: String, value: Vec<u8>, limits: &GuestLimits) -> Result<(), KvError> {
+        if key.len() > limits.kv_max_key_bytes || value.len() > limits.kv_max_value_bytes {
             return Err(KvError::TooLarge);
         }
-        self.lock().put(key, value, max_bytes)
+        self.lock().put(key, value, limits)
     }
 
     pub fn delete(&self, key: &str) -> bool {
@@ -103,8 +104,8 @@ impl Namespace {
         self.lock().bytes
     }
 
-    pub fn increment(&self, key: String, delta: i64, max_bytes: usize) -> Result<i64, KvError> {
-        if key.len() > KV_MAX_KEY_BYTES {
+    pub fn increment(&self, key: String, delta: i64, limits: &GuestLimits) -> Result<i64, KvError> {
+        if key.len() > limits.kv_max_key_bytes {
             return Err(KvError::TooLarge);
         }
         let mut entries = self.lock();
@@ -116,7 +117,7 @@ impl Namespace {
                 .ok_or(KvError::NotANumber)?,
         };
         let next = current.checked_add(delta).ok_or(KvError::Overflow)?;
-        entries.put(key, next.to_string().into_bytes(), max_bytes)?;
+        entries.put(key, next.to_string().into_bytes(), limits)?;
         Ok(next)
     }
 }
@@ -125,12 +126,21 @@ impl Namespace {
 mod tests {
     use super::*;
 
+    /// The default limits with a byte quota of `max`.
+    fn quota(max: usize) -> GuestLimits {
+        let policy = super::super::policy::Policy::defaults("t", &crate::limits::Limits::default());
+        GuestLimits {
+            kv_max_bytes: max,
+            ..GuestLimits::for_plugin(&policy, 1024)
+        }
+    }
+
     #[test]
     fn namespaces_are_separate_and_shared_by_name() {
         let store = KvStore::default();
         store
             .namespace("a")
-            .set("k".into(), b"1".to_vec(), usize::MAX)
+            .set("k".into(), b"1".to_vec(), &quota(usize::MAX))
             .unwrap();
         assert_eq!(store.namespace("a").get("k"), Some(b"1".to_vec()));
         assert_eq!(store.namespace("b").get("k"), None);
@@ -139,7 +149,7 @@ mod tests {
     #[test]
     fn increment_and_prefix_listing() {
         let ns = Namespace::default();
-        let max = usize::MAX;
+        let max = &quota(usize::MAX);
         assert!(matches!(ns.increment("n".into(), 5, max), Ok(5)));
         assert!(matches!(ns.increment("n".into(), -7, max), Ok(-2)));
         ns.set("x".into(), b"abc".to_vec(), max).unwrap();
@@ -168,21 +178,21 @@ mod tests {
     #[test]
     fn the_byte_quota_counts_keys_and_values_and_frees_on_delete() {
         let ns = Namespace::default();
-        ns.set("a".into(), vec![0; 99], 200).unwrap();
+        ns.set("a".into(), vec![0; 99], &quota(200)).unwrap();
         assert_eq!(ns.bytes(), 100);
-        ns.set("b".into(), vec![0; 99], 200).unwrap();
+        ns.set("b".into(), vec![0; 99], &quota(200)).unwrap();
         assert!(matches!(
-            ns.set("c".into(), vec![0; 1], 200),
+            ns.set("c".into(), vec![0; 1], &quota(200)),
             Err(KvError::Full)
         ));
         // Replacing a value with a smaller one is always allowed, and counted.
-        ns.set("a".into(), vec![0; 9], 200).unwrap();
+        ns.set("a".into(), vec![0; 9], &quota(200)).unwrap();
         assert_eq!(ns.bytes(), 110);
         assert!(ns.delete("b"));
         assert_eq!(ns.bytes(), 10);
-        ns.set("c".into(), vec![0; 150], 200).unwrap();
+        ns.set("c".into(), vec![0; 150], &quota(200)).unwrap();
         assert!(matches!(
-            ns.increment("n".into(), 1, 162),
+            ns.increment("n".into(), 1, &quota(162)),
             Err(KvError::Full)
         ));
     }

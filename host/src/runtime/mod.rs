@@ -7,6 +7,8 @@
 //! - [`policy`]: what one plugin may do and use (its `NAME.toml`);
 //! - [`registry`]: which plugin serves which path;
 //! - [`instance`]: a live instance held by one worker, and one call on it under limits;
+//! - [`failure`]: how a call failed, for the client and for the log;
+//! - [`guest_limits`]: every bound a plugin's instances and calls run under, in one place;
 //! - [`state`]: the store data and the host side of the WIT imports;
 //! - [`call`]: the request a call is answering, and sending its response;
 //! - [`kv`]: the key-value store shared by all instances of a plugin;
@@ -20,6 +22,8 @@ pub mod bindings;
 pub mod call;
 pub mod clocks;
 pub mod engine;
+pub mod failure;
+pub mod guest_limits;
 pub mod instance;
 pub mod kv;
 pub mod plugin;

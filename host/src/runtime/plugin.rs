@@ -27,6 +27,8 @@ pub struct Plugin {
     pub cpu_deadline: Duration,
     /// What this plugin may do and use.
     pub policy: Policy,
+    /// Every bound its instances and calls run under, from the policy.
+    pub limits: Arc<super::guest_limits::GuestLimits>,
     /// This plugin's counters (shared by its versions).
     pub metrics: Arc<crate::metrics::PluginMetrics>,
     /// Requests of this version being handled now (for `max_concurrency`).
@@ -164,6 +166,10 @@ impl Plugin {
             pre,
             memory_bytes: policy.memory_bytes,
             cpu_deadline: policy.cpu_deadline,
+            limits: Arc::new(super::guest_limits::GuestLimits::for_plugin(
+                &policy,
+                runtime.config.ws_max_message_bytes,
+            )),
             policy,
             in_flight: Arc::default(),
             load_time: started.elapsed(),
@@ -208,22 +214,12 @@ impl Plugin {
             self.name.clone(),
             self.kv.clone(),
             &self.policy,
+            self.limits.clone(),
             self.metrics.clone(),
             ws,
         );
         let mut store = Store::new(self.pre.engine(), state);
-        store.limiter(|s| &mut s.memory);
-        // Every tick that finds the guest running: charge its CPU time, and stop it if its
-        // call ran out of CPU or of wall-clock time, or its client left.
-        store.epoch_deadline_callback(|mut ctx| {
-            let state = ctx.data_mut();
-            let within_budget = state.budget.tick(crate::limits::EPOCH_TICK);
-            if within_budget && state.watch.check(std::time::Instant::now()).is_none() {
-                Ok(wasmtime::UpdateDeadline::Continue(1))
-            } else {
-                Ok(wasmtime::UpdateDeadline::Interrupt)
-            }
-        });
+        super::guest_limits::configure_store(&mut store);
         store
     }
 
@@ -232,14 +228,14 @@ impl Plugin {
     pub(crate) fn new_store_and_instantiate(
         &self,
         ws: Option<WsLink>,
-    ) -> Result<(Store<HostState>, super::bindings::Plugin), super::instance::Failure> {
+    ) -> Result<(Store<HostState>, super::bindings::Plugin), super::failure::Failure> {
         let mut store = self.new_store(ws);
         store.set_epoch_deadline(1);
         store.data_mut().budget.reset();
         store.data_mut().watch.arm(None);
         match self.pre.instantiate(&mut store) {
             Ok(bindings) => Ok((store, bindings)),
-            Err(e) => Err(super::instance::classify(store.data(), e)),
+            Err(e) => Err(super::failure::classify(store.data(), e)),
         }
     }
 }

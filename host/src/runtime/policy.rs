@@ -24,16 +24,16 @@
 //! ```
 //!
 //! Unknown keys and bad values are refused with the file, the line and the key; the plugin is
-//! then refused too, so on a reload the previous version and its policy keep serving.
+//! then refused too, so on a reload the previous version and its policy keep serving. Every
+//! key is declared once in [`SETTINGS`] and read by the same machinery as the server's own
+//! configuration ([`crate::settings`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
-use toml::Spanned;
-
 use crate::limits::Limits;
+use crate::settings::{self, Flag, Kind, Setting, SettingsError, Unit, Value};
 
 /// What a plugin may do and use, after defaults and validation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +64,8 @@ pub struct Policy {
     pub recycle_growth_bytes: usize,
     /// The policy file, if there was one.
     pub source: Option<PathBuf>,
+    /// Entries of `capabilities.dirs` as written, checked once the file is read.
+    dir_entries: Vec<std::collections::BTreeMap<String, String>>,
 }
 
 /// A host directory made visible to the plugin.
@@ -81,66 +83,227 @@ pub struct PolicyError {
     pub message: String,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct File {
-    routes: Option<Spanned<Vec<String>>>,
-    #[serde(default)]
-    limits: FileLimits,
-    #[serde(default)]
-    capabilities: FileCapabilities,
-    #[serde(default)]
-    instances: FileInstances,
+/// The name whose plugin serves every path no other plugin matches.
+pub const INDEX: &str = "index";
+
+/// The mount prefix of a plugin that names none: `/NAME`, or `""` (every path) for the
+/// index plugin.
+pub fn prefix_for(name: &str) -> std::sync::Arc<str> {
+    if name == INDEX {
+        std::sync::Arc::from("")
+    } else {
+        std::sync::Arc::from(format!("/{name}"))
+    }
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileLimits {
-    cpu_deadline_ms: Option<Spanned<u64>>,
-    handler_timeout_ms: Option<Spanned<u64>>,
-    memory_limit_mib: Option<Spanned<u64>>,
-    kv_max_bytes: Option<Spanned<u64>>,
-    max_concurrency: Option<Spanned<u64>>,
-    max_body_bytes: Option<Spanned<u64>>,
+/// Largest `cpu_deadline_ms` and `handler_timeout_ms`: an hour.
+const MAX_DEADLINE_MS: u64 = 3_600_000;
+
+/// A number key of the policy: like the server's, in the plugin's own terms. No default of
+/// its own: a key the file does not give keeps the server's value.
+macro_rules! policy_number {
+    ($key:literal, $unit:ident, $min:expr, $max:expr, $doc:literal, |$p:ident, $n:ident| $apply:expr, |$r:ident| $read:expr) => {
+        Setting {
+            key: $key,
+            flag: Flag::None,
+            kind: Kind::Number {
+                unit: Unit::$unit,
+                min: $min,
+                max: $max,
+            },
+            doc: $doc,
+            default: || Value::Unset,
+            apply: |$p: &mut Policy, v| {
+                let $n = v.number();
+                $apply
+            },
+            read: |$r: &Policy| $read,
+        }
+    };
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileCapabilities {
-    #[serde(default)]
-    env: Vec<Spanned<String>>,
-    #[serde(default)]
-    dirs: Vec<Spanned<FileDir>>,
-    #[serde(default)]
-    network: Vec<Spanned<String>>,
-    precise_clocks: Option<Spanned<bool>>,
+/// Every key a policy file may hold.
+pub static SETTINGS: &[Setting<Policy>] = &[
+    Setting {
+        key: "routes",
+        flag: Flag::None,
+        kind: Kind::List { check: check_route },
+        doc: "Mount prefixes instead of /NAME (\"\" is the fallback)",
+        default: || Value::Unset,
+        apply: |p, v| p.routes = v.list(),
+        read: |p| Value::List(p.routes.clone()),
+    },
+    policy_number!(
+        "limits.cpu_deadline_ms",
+        Millis,
+        1,
+        MAX_DEADLINE_MS,
+        "CPU time per request or event",
+        |p, n| p.cpu_deadline = Duration::from_millis(n),
+        |p| Value::Number(p.cpu_deadline.as_millis() as u64)
+    ),
+    policy_number!(
+        "limits.handler_timeout_ms",
+        Millis,
+        1,
+        MAX_DEADLINE_MS,
+        "Wall-clock time per request or event, waits included",
+        |p, n| p.handler_timeout = Duration::from_millis(n),
+        |p| Value::Number(p.handler_timeout.as_millis() as u64)
+    ),
+    policy_number!(
+        "limits.memory_limit_mib",
+        Mib,
+        1,
+        4096,
+        "Linear memory per instance, at most the server's --memory-limit-mib",
+        |p, n| p.memory_bytes = usize::try_from(n << 20).unwrap_or(usize::MAX),
+        |p| Value::Number((p.memory_bytes >> 20) as u64)
+    ),
+    policy_number!(
+        "limits.kv_max_bytes",
+        Bytes,
+        0,
+        1 << 40,
+        "Keys plus values in this plugin's key-value store",
+        |p, n| p.kv_max_bytes = usize::try_from(n).unwrap_or(usize::MAX),
+        |p| Value::Number(p.kv_max_bytes as u64)
+    ),
+    policy_number!(
+        "limits.max_concurrency",
+        Count,
+        1,
+        1_000_000,
+        "Requests in flight at once; past it: 503 + Retry-After",
+        |p, n| p.max_concurrency = usize::try_from(n).ok(),
+        |p| p
+            .max_concurrency
+            .map_or(Value::Unset, |n| Value::Number(n as u64))
+    ),
+    policy_number!(
+        "limits.max_body_bytes",
+        Bytes,
+        0,
+        1 << 40,
+        "Largest request body; past it: 413 before the body is read",
+        |p, n| p.max_body_bytes = n,
+        |p| Value::Number(p.max_body_bytes)
+    ),
+    Setting {
+        key: "capabilities.env",
+        flag: Flag::None,
+        kind: Kind::List { check: check_env },
+        doc: "Environment variables: NAME passes the host's, NAME=value sets one",
+        default: || Value::Unset,
+        apply: |p, v| {
+            p.env = v
+                .list()
+                .into_iter()
+                .filter_map(|entry| match entry.split_once('=') {
+                    Some((name, value)) => Some((name.to_owned(), value.to_owned())),
+                    None => std::env::var(&entry).ok().map(|value| (entry, value)),
+                })
+                .collect();
+        },
+        read: |p| Value::List(p.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+    },
+    Setting {
+        key: "capabilities.dirs",
+        flag: Flag::None,
+        kind: Kind::Tables {
+            keys: &["host", "guest", "writable", "allow_outside"],
+            optional: &["writable", "allow_outside"],
+        },
+        doc: "Host directories granted, each { host, guest, writable, allow_outside }; host inside the plugins directory unless allow_outside",
+        default: || Value::Unset,
+        apply: |p, v| {
+            if let Value::Tables(rows) = v {
+                p.dir_entries = rows;
+            }
+        },
+        read: |p| Value::Tables(p.dir_entries.clone()),
+    },
+    Setting {
+        key: "capabilities.network",
+        flag: Flag::None,
+        kind: Kind::List {
+            check: check_socket_addr,
+        },
+        doc: "Outbound TCP allowed to exactly these IP:PORT addresses",
+        default: || Value::Unset,
+        apply: |p, v| {
+            p.network = v.list().iter().filter_map(|a| a.parse().ok()).collect();
+        },
+        read: |p| Value::List(p.network.iter().map(ToString::to_string).collect()),
+    },
+    Setting {
+        key: "capabilities.precise_clocks",
+        flag: Flag::None,
+        kind: Kind::Switch,
+        doc: "Clocks at full resolution (default: 100 µs steps)",
+        default: || Value::Bool(false),
+        apply: |p, v| p.precise_clocks = v.bool(),
+        read: |p| Value::Bool(p.precise_clocks),
+    },
+    Setting {
+        key: "instances.mode",
+        flag: Flag::None,
+        kind: Kind::Choice(&["reuse", "fresh"]),
+        doc: "reuse: one instance per worker, across requests; fresh: a new instance for every request",
+        default: || Value::Text("reuse".to_owned()),
+        apply: |p, v| p.fresh_instances = v.text() == "fresh",
+        read: |p| Value::Text(if p.fresh_instances { "fresh" } else { "reuse" }.to_owned()),
+    },
+    policy_number!(
+        "instances.recycle_after",
+        Count,
+        1,
+        1 << 40,
+        "Replace a reused instance after this many calls",
+        |p, n| p.recycle_after = Some(n),
+        |p| p.recycle_after.map_or(Value::Unset, Value::Number)
+    ),
+    policy_number!(
+        "instances.recycle_growth_mib",
+        Mib,
+        1,
+        1 << 16,
+        "Replace a reused instance after a call that grew its memory this much past its start",
+        |p, n| p.recycle_growth_bytes = usize::try_from(n << 20).unwrap_or(usize::MAX),
+        |p| Value::Number((p.recycle_growth_bytes >> 20) as u64)
+    ),
+];
+
+fn check_route(route: &str) -> Result<(), String> {
+    if valid_route(route) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{route:?} is not a mount prefix: use \"/name\" (no trailing slash) or \"\" for the fallback"
+        ))
+    }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileDir {
-    host: String,
-    guest: String,
-    #[serde(default)]
-    writable: bool,
-    /// A host path outside the plugins directory must say so.
-    #[serde(default)]
-    allow_outside: bool,
+fn check_env(entry: &str) -> Result<(), String> {
+    let name = entry.split_once('=').map_or(entry, |(name, _)| name);
+    if valid_env_name(name) {
+        Ok(())
+    } else {
+        Err(format!("{entry:?} is not NAME or NAME=value"))
+    }
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileInstances {
-    mode: Option<Spanned<String>>,
-    recycle_after: Option<Spanned<u64>>,
-    recycle_growth_mib: Option<Spanned<u64>>,
+fn check_socket_addr(addr: &str) -> Result<(), String> {
+    addr.parse::<SocketAddr>()
+        .map(drop)
+        .map_err(|_| format!("{addr:?} is not IP:PORT"))
 }
 
 impl Policy {
     /// The policy of a plugin without a policy file: the server's limits, no capabilities.
     pub fn defaults(name: &str, limits: &Limits) -> Policy {
         Policy {
-            routes: vec![super::registry::prefix_for(name).to_string()],
+            routes: vec![prefix_for(name).to_string()],
             cpu_deadline: limits.guest_cpu_deadline,
             handler_timeout: limits.handler_timeout,
             memory_bytes: limits.guest_memory_bytes,
@@ -155,6 +318,7 @@ impl Policy {
             recycle_after: None,
             recycle_growth_bytes: crate::limits::INSTANCE_RECYCLE_GROWTH_BYTES,
             source: None,
+            dir_entries: Vec::new(),
         }
     }
 
@@ -171,122 +335,54 @@ impl Policy {
                 });
             }
         };
-        let file: File = toml::from_str(&text).map_err(|e: toml::de::Error| PolicyError {
-            message: format!(
-                "invalid policy {}: {}",
-                path.display(),
-                e.to_string().trim_end()
-            ),
+        let given = settings::load_file(SETTINGS, &path, &text).map_err(|e| PolicyError {
+            message: match e {
+                SettingsError::Syntax { path, message } => {
+                    format!("invalid policy {}: {message}", path.display())
+                }
+                other => other.to_string(),
+            },
         })?;
-        let at = |span: std::ops::Range<usize>, key: &str| {
-            let line = text[..span.start.min(text.len())].lines().count().max(1);
-            format!("{}:{line}: {key}", path.display())
+        let mut origins = std::collections::BTreeMap::new();
+        for (key, value, origin) in given {
+            if let Some(setting) = SETTINGS.iter().find(|s| s.key == key) {
+                (setting.apply)(&mut policy, value);
+                origins.insert(key, origin);
+            }
+        }
+        let place = |key: &'static str| {
+            origins
+                .get(key)
+                .map_or_else(|| key.to_owned(), |o: &settings::Origin| o.describe(key))
         };
-        let bad = |span: std::ops::Range<usize>, key: &str, why: String| PolicyError {
-            message: format!("{}: {why}", at(span, key)),
+        let bad = |key: &'static str, message: String| PolicyError {
+            message: format!("{}: {message}", place(key)),
         };
+        if policy.routes.is_empty() {
+            return Err(bad("routes", "must list at least one prefix".into()));
+        }
+        if policy.memory_bytes > limits.guest_memory_bytes {
+            return Err(bad(
+                "limits.memory_limit_mib",
+                format!(
+                    "must be between 1 and the server's --memory-limit-mib ({})",
+                    limits.guest_memory_bytes >> 20
+                ),
+            ));
+        }
         let base = wasm.parent().unwrap_or(Path::new("."));
-
-        if let Some(routes) = &file.routes {
-            for r in routes.get_ref() {
-                if !valid_route(r) {
-                    return Err(bad(
-                        routes.span(),
-                        "routes",
-                        format!(
-                            "{r:?} is not a mount prefix: use \"/name\" (no trailing slash) or \"\" for the fallback"
-                        ),
-                    ));
-                }
-            }
-            if routes.get_ref().is_empty() {
-                return Err(bad(
-                    routes.span(),
-                    "routes",
-                    "must list at least one prefix".into(),
-                ));
-            }
-            policy.routes = routes.get_ref().clone();
-        }
-        let l = &file.limits;
-        // A number within `min..=max`.
-        let within = |v: &Spanned<u64>, key: &str, min: u64, max: u64| {
-            let n = *v.get_ref();
-            if n < min || n > max {
-                return Err(bad(
-                    v.span(),
-                    key,
-                    format!("must be between {min} and {max}, got {n}"),
-                ));
-            }
-            Ok(n)
-        };
-        if let Some(v) = &l.cpu_deadline_ms {
-            let ms = within(v, "limits.cpu_deadline_ms", 1, MAX_DEADLINE_MS)?;
-            policy.cpu_deadline = Duration::from_millis(ms);
-        }
-        if let Some(v) = &l.handler_timeout_ms {
-            let ms = within(v, "limits.handler_timeout_ms", 1, MAX_DEADLINE_MS)?;
-            policy.handler_timeout = Duration::from_millis(ms);
-        }
-        if let Some(v) = &l.kv_max_bytes {
-            let bytes = within(v, "limits.kv_max_bytes", 0, MAX_KV_BYTES)?;
-            policy.kv_max_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
-        }
-        if let Some(v) = &l.memory_limit_mib {
-            let bytes = usize::try_from(v.get_ref().saturating_mul(1 << 20)).unwrap_or(usize::MAX);
-            if *v.get_ref() == 0 || bytes > limits.guest_memory_bytes {
-                return Err(bad(
-                    v.span(),
-                    "limits.memory_limit_mib",
-                    format!(
-                        "must be between 1 and the server's --memory-limit-mib ({})",
-                        limits.guest_memory_bytes >> 20
-                    ),
-                ));
-            }
-            policy.memory_bytes = bytes;
-        }
-        if let Some(v) = &l.max_concurrency {
-            let n = within(v, "limits.max_concurrency", 1, MAX_CONCURRENCY)?;
-            policy.max_concurrency = usize::try_from(n).ok();
-        }
-        if let Some(v) = &l.max_body_bytes {
-            policy.max_body_bytes = within(v, "limits.max_body_bytes", 0, MAX_BODY_BYTES)?;
-        }
-        for v in &file.capabilities.env {
-            let entry = v.get_ref();
-            match entry.split_once('=') {
-                Some((name, value)) if valid_env_name(name) => {
-                    policy.env.push((name.to_owned(), value.to_owned()));
-                }
-                None if valid_env_name(entry) => {
-                    if let Ok(value) = std::env::var(entry) {
-                        policy.env.push((entry.clone(), value));
-                    }
-                }
-                _ => {
-                    return Err(bad(
-                        v.span(),
-                        "capabilities.env",
-                        format!("{entry:?} is not NAME or NAME=value"),
-                    ));
-                }
-            }
-        }
-        for d in &file.capabilities.dirs {
-            let dir = d.get_ref();
-            let host = base.join(&dir.host);
+        for entry in std::mem::take(&mut policy.dir_entries) {
+            let host = base.join(&entry["host"]);
+            let guest = entry["guest"].clone();
+            let flag = |key: &str| entry.get(key).is_some_and(|v| v == "true");
             if !host.is_dir() {
                 return Err(bad(
-                    d.span(),
                     "capabilities.dirs",
                     format!("{} is not a directory", host.display()),
                 ));
             }
-            if !dir.allow_outside && !inside(&host, base) {
+            if !flag("allow_outside") && !inside(&host, base) {
                 return Err(bad(
-                    d.span(),
                     "capabilities.dirs",
                     format!(
                         "{} is outside the plugins directory (set allow_outside = true to grant it anyway)",
@@ -294,75 +390,22 @@ impl Policy {
                     ),
                 ));
             }
-            if !dir.guest.starts_with('/') {
+            if !guest.starts_with('/') {
                 return Err(bad(
-                    d.span(),
                     "capabilities.dirs",
-                    format!("guest path {:?} must be absolute", dir.guest),
+                    format!("guest path {guest:?} must be absolute"),
                 ));
             }
             policy.dirs.push(Preopen {
                 host,
-                guest: dir.guest.clone(),
-                writable: dir.writable,
+                guest,
+                writable: flag("writable"),
             });
-        }
-        for n in &file.capabilities.network {
-            let addr: SocketAddr = n.get_ref().parse().map_err(|_| {
-                bad(
-                    n.span(),
-                    "capabilities.network",
-                    format!("{:?} is not IP:PORT", n.get_ref()),
-                )
-            })?;
-            policy.network.push(addr);
-        }
-        if let Some(v) = &file.capabilities.precise_clocks {
-            policy.precise_clocks = *v.get_ref();
-        }
-        if let Some(mode) = &file.instances.mode {
-            policy.fresh_instances = match mode.get_ref().as_str() {
-                "reuse" => false,
-                "fresh" => true,
-                other => {
-                    return Err(bad(
-                        mode.span(),
-                        "instances.mode",
-                        format!("{other:?} is not \"reuse\" or \"fresh\""),
-                    ));
-                }
-            };
-        }
-        if let Some(v) = &file.instances.recycle_after {
-            if *v.get_ref() == 0 {
-                return Err(bad(
-                    v.span(),
-                    "instances.recycle_after",
-                    "must be at least 1".into(),
-                ));
-            }
-            policy.recycle_after = Some(*v.get_ref());
-        }
-        if let Some(v) = &file.instances.recycle_growth_mib {
-            let mib = within(v, "instances.recycle_growth_mib", 1, 1 << 16)?;
-            policy.recycle_growth_bytes = usize::try_from(mib << 20).unwrap_or(usize::MAX);
         }
         policy.source = Some(path);
         Ok(policy)
     }
 }
-
-/// Largest `cpu_deadline_ms` and `handler_timeout_ms`: an hour.
-const MAX_DEADLINE_MS: u64 = 3_600_000;
-
-/// Largest `kv_max_bytes`: 1 TiB.
-const MAX_KV_BYTES: u64 = 1 << 40;
-
-/// Largest `max_concurrency`.
-const MAX_CONCURRENCY: u64 = 1_000_000;
-
-/// Largest `max_body_bytes` (the server's own bound applies too).
-const MAX_BODY_BYTES: u64 = 1 << 40;
 
 /// `""` (the fallback), or `/seg/seg` of path characters: no empty, `.` or `..` segment, no
 /// trailing slash, no query or fragment, no whitespace or control character.
@@ -484,7 +527,7 @@ mod tests {
         );
         let e = policy("[limits]\nmax_bodies = 3\n").unwrap_err();
         assert!(
-            e.contains("line 2") && e.contains("unknown field `max_bodies`"),
+            e.contains("p.toml:2: limits.max_bodies: unknown field `max_bodies`, expected one of:"),
             "{e}"
         );
     }

@@ -14,8 +14,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use super::plugin::Plugin;
 
-/// The name whose plugin serves every path no other plugin matches.
-pub const INDEX: &str = "index";
+pub use super::policy::{INDEX, prefix_for};
 
 /// A plugin and the prefix it is mounted at.
 #[derive(Debug, Clone)]
@@ -29,7 +28,7 @@ pub struct Mount {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "its route {} is already served by plugin `{holder}`",
-    crate::loader::display_mount(prefix)
+    display_mount(prefix)
 )]
 pub struct Conflict {
     pub prefix: String,
@@ -114,12 +113,21 @@ impl Registry {
     }
 }
 
-/// The mount prefix for a plugin name.
-pub fn prefix_for(name: &str) -> Arc<str> {
-    if name == INDEX {
-        Arc::from("")
+/// A plugin's mounts for the log: `/hello`, `/a,/b`, `/ (fallback)`.
+pub fn mounts(routes: &[String]) -> String {
+    routes
+        .iter()
+        .map(|r| display_mount(r))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `/hello`, or `/` for the index plugin.
+pub fn display_mount(prefix: &str) -> &str {
+    if prefix.is_empty() {
+        "/ (fallback)"
     } else {
-        Arc::from(format!("/{name}"))
+        prefix
     }
 }
 

@@ -19,21 +19,33 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::bindings::ankh::plugin::{http, kv, log, types, websocket};
 use super::bindings::types::{ConnectionId, KvError, LogLevel, Message, RespondError, WsError};
 use super::call::CallContext;
+use super::guest_limits::GuestLimits;
 use super::kv::Namespace;
 use super::policy::Policy;
 use super::stdio::{GuestOutput, LogTags};
 use super::watch::Watch;
 use crate::hub::{Hub, SubscribeError};
-use crate::job::{Outbound, Reply, ReplyTx};
-use crate::limits::{GUEST_LOG_MESSAGE_BYTES, GUEST_TABLE_ENTRIES};
+use crate::message::Outbound;
+use crate::message::WsId;
 
-/// What the `websocket` import needs: the shared table of connections, the queue to the I/O
-/// thread that owns them, and the largest message a plugin may send.
+/// How plugins' WebSocket messages leave the runtime, which knows nothing of connections: the
+/// pool implements it over its queue to the I/O thread that owns the sockets.
+pub trait WsOut: Send + Sync + std::fmt::Debug {
+    /// A message for one connection.
+    fn send(&self, ws: WsId, message: Outbound);
+    /// Starts the closing handshake of one connection.
+    fn close(&self, ws: WsId, code: u16, reason: String);
+    /// One message for every subscriber of a topic, as one unit (so every subscriber sees a
+    /// topic's messages in one order).
+    fn publish(&self, subscribers: Vec<WsId>, message: Outbound);
+}
+
+/// What the `websocket` import needs: the shared table of connections, and the way out to
+/// them.
 #[derive(Debug, Clone)]
 pub struct WsLink {
     pub hub: Arc<Hub>,
-    pub reply: ReplyTx,
-    pub max_message_bytes: usize,
+    pub out: Arc<dyn WsOut>,
 }
 
 /// Store data for one plugin instance.
@@ -45,8 +57,8 @@ pub struct HostState {
     /// The wall-clock bound (and cancellation) of the call in progress.
     pub(crate) watch: Watch,
     kv: Arc<Namespace>,
-    /// The plugin's key-value quota, in bytes.
-    kv_max_bytes: usize,
+    /// Every bound of this plugin's instances and calls.
+    pub(crate) limits: Arc<GuestLimits>,
     pub(crate) tags: Arc<LogTags>,
     /// The request being answered, while `handle-request` runs.
     pub(crate) call: Option<CallContext>,
@@ -55,16 +67,18 @@ pub struct HostState {
 }
 
 impl HostState {
+    /// The data of a store of `plugin`: the capabilities its `policy` grants, under
+    /// `limits`.
     pub fn new(
         plugin: Arc<str>,
         kv: Arc<Namespace>,
         policy: &Policy,
+        limits: Arc<GuestLimits>,
         metrics: Arc<crate::metrics::PluginMetrics>,
         ws: Option<WsLink>,
     ) -> Self {
         let tags = LogTags::new(plugin);
-        let (memory_bytes, cpu_deadline) = (policy.memory_bytes, policy.cpu_deadline);
-        let (monotonic, wall) = super::clocks::for_plugin(policy.precise_clocks);
+        let (monotonic, wall) = super::clocks::at_resolution(limits.clock_resolution);
         let mut builder = WasiCtxBuilder::new();
         builder
             .monotonic_clock(monotonic)
@@ -100,15 +114,15 @@ impl HostState {
         });
         let wasi = builder.build();
         let mut table = ResourceTable::new();
-        table.set_max_capacity(GUEST_TABLE_ENTRIES);
+        table.set_max_capacity(limits.table_entries);
         HostState {
             wasi,
             table,
-            memory: MemoryCap::new(memory_bytes, metrics),
-            budget: CpuBudget::new(cpu_deadline),
-            watch: Watch::new(policy.handler_timeout),
+            memory: MemoryCap::new(limits.memory_bytes, metrics),
+            budget: CpuBudget::new(limits.cpu_deadline),
+            watch: Watch::new(limits.handler_timeout),
             kv,
-            kv_max_bytes: policy.kv_max_bytes,
+            limits,
             tags,
             call: None,
             ws,
@@ -261,12 +275,13 @@ impl types::Host for HostState {}
 impl log::Host for HostState {
     /// One line per call, whatever the plugin wrote: newlines and other control characters
     /// are escaped (a plugin cannot forge a line of the host's log), and a message over
-    /// [`GUEST_LOG_MESSAGE_BYTES`] is cut, saying how long it was.
+    /// [`GuestLimits::log_message_bytes`] is cut, saying how long it was.
     fn log(&mut self, level: LogLevel, message: String, fields: Vec<(String, String)>) {
         let plugin = self.plugin();
         let request = format_args!("{:016x}", self.tags.request());
-        let message = super::stdio::printable(&message, GUEST_LOG_MESSAGE_BYTES);
-        let mut budget = GUEST_LOG_MESSAGE_BYTES;
+        let cap = self.limits.log_message_bytes;
+        let message = super::stdio::printable(&message, cap);
+        let mut budget = cap;
         let fields = fields
             .iter()
             .map_while(|(k, v)| {
@@ -306,7 +321,7 @@ impl kv::Host for HostState {
     }
 
     fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), KvError> {
-        self.kv.set(key, value, self.kv_max_bytes)
+        self.kv.set(key, value, &self.limits)
     }
 
     fn delete(&mut self, key: String) -> bool {
@@ -318,7 +333,7 @@ impl kv::Host for HostState {
     }
 
     fn increment(&mut self, key: String, delta: i64) -> Result<i64, KvError> {
-        self.kv.increment(key, delta, self.kv_max_bytes)
+        self.kv.increment(key, delta, &self.limits)
     }
 }
 
@@ -390,14 +405,12 @@ impl HostState {
 /// to this plugin's own connections and topics.
 impl websocket::Host for HostState {
     fn send(&mut self, conn: ConnectionId, message: Message) -> Result<(), WsError> {
-        if message_len(&message) > self.ws_link()?.max_message_bytes {
+        self.ws_link()?;
+        if message_len(&message) > self.limits.ws_max_message_bytes {
             return Err(WsError::TooLarge);
         }
         let link = self.own_connection(conn)?;
-        link.reply.send(Reply::Send {
-            ws: conn,
-            message: to_outbound(message),
-        });
+        link.out.send(conn, to_outbound(message));
         Ok(())
     }
 
@@ -412,17 +425,18 @@ impl websocket::Host for HostState {
             return Err(WsError::TooLarge);
         }
         let link = self.own_connection(conn)?;
-        link.reply.send(Reply::Close {
-            ws: conn,
-            code,
-            reason,
-        });
+        link.out.close(conn, code, reason);
         Ok(())
     }
 
     fn subscribe(&mut self, conn: ConnectionId, topic: String) -> Result<(), WsError> {
         let link = self.ws_link()?;
-        Ok(link.hub.subscribe(&self.tags.plugin, conn, &topic)?)
+        let limits = &self.limits;
+        let caps = (
+            limits.ws_max_topic_bytes,
+            limits.ws_max_topics_per_connection,
+        );
+        Ok(link.hub.subscribe(&self.tags.plugin, conn, &topic, caps)?)
     }
 
     fn unsubscribe(&mut self, conn: ConnectionId, topic: String) -> Result<(), WsError> {
@@ -434,16 +448,13 @@ impl websocket::Host for HostState {
     /// thread for all of them: every subscriber of a topic sees its messages in one order.
     fn publish(&mut self, topic: String, message: Message) -> Result<u32, WsError> {
         let link = self.ws_link()?;
-        if message_len(&message) > link.max_message_bytes {
+        if message_len(&message) > self.limits.ws_max_message_bytes {
             return Err(WsError::TooLarge);
         }
         let subscribers = link.hub.subscribers(&self.tags.plugin, &topic);
         let count = u32::try_from(subscribers.len()).unwrap_or(u32::MAX);
         if !subscribers.is_empty() {
-            link.reply.send(Reply::Publish {
-                subscribers,
-                message: to_outbound(message),
-            });
+            link.out.publish(subscribers, to_outbound(message));
         }
         Ok(count)
     }

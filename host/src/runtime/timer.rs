@@ -5,8 +5,8 @@
 //! itself sleeps in whole milliseconds. A guest's `std::thread::sleep(10 ms)` took 11.6 ms at
 //! the median under load, which capped a handler that waits 10 ms at 85% of its ceiling.
 //!
-//! This module replaces those two functions (the rest of WASI is untouched). A deadline is
-//! served by one timer thread that waits on a condition variable, a futex with a nanosecond
+//! [`super::waits`] replaces those two functions with [`subscribe`] (the rest of WASI is
+//! untouched). A deadline is served by one timer thread that waits on a condition variable, a futex with a nanosecond
 //! timeout, and wakes the waiting worker when the deadline passes. The pollable is an ordinary
 //! [`Pollable`], so `wasi:io/poll` can wait on it together with sockets and streams.
 
@@ -19,48 +19,12 @@ use std::sync::{Arc, Condvar, LazyLock, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use wasmtime::StoreContextMut;
-use wasmtime::component::{Linker, Resource, ResourceTable};
-use wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host as _;
+use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::p2::{DynPollable, Pollable};
-
-use super::state::HostState;
-
-/// The interface whose two `subscribe-*` functions are replaced, at the version wasmtime-wasi
-/// links (guests importing an older 0.2.x are matched to it). A unit test checks that this
-/// names an interface the linker already has.
-pub const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
 
 /// Above this many timer entries, those whose pollable is gone are dropped (and above twice
 /// as many as were left live, so that many live entries do not make each insert a full scan).
 const PRUNE_AT: usize = 4096;
-
-/// Replaces `subscribe-duration` and `subscribe-instant` in a linker that already has WASI.
-pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
-    linker.allow_shadowing(true);
-    let mut clock = linker.instance(MONOTONIC_CLOCK)?;
-    clock.func_wrap(
-        "subscribe-duration",
-        |mut store: StoreContextMut<'_, HostState>, (ns,): (u64,)| {
-            let table = store.data_mut().table();
-            Ok((subscribe(table, Duration::from_nanos(ns))?,))
-        },
-    )?;
-    clock.func_wrap(
-        "subscribe-instant",
-        |mut store: StoreContextMut<'_, HostState>, (when,): (u64,)| {
-            let state = store.data_mut();
-            let now = wasmtime_wasi::clocks::WasiClocksView::clocks(state).now()?;
-            let table = state.table();
-            Ok((subscribe(
-                table,
-                Duration::from_nanos(when.saturating_sub(now)),
-            )?,))
-        },
-    )?;
-    linker.allow_shadowing(false);
-    Ok(())
-}
 
 /// A pollable that is ready `after` from now.
 pub fn subscribe(
@@ -313,26 +277,5 @@ mod tests {
         }
         // Other tests may hold a few live entries of their own.
         assert!(TIMER.entries.lock().unwrap().len() <= PRUNE_AT + 16);
-    }
-
-    #[test]
-    fn the_replaced_interface_is_the_one_wasi_links() {
-        // Without shadowing, defining a function the linker already has is an error: so this
-        // fails exactly when MONOTONIC_CLOCK names the interface wasmtime-wasi added.
-        let engine = wasmtime::Engine::default();
-        let mut linker = Linker::<HostState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).unwrap();
-        let mut clock = linker.instance(MONOTONIC_CLOCK).unwrap();
-        let redefined = clock.func_wrap(
-            "subscribe-duration",
-            |_: StoreContextMut<'_, HostState>, (_,): (u64,)| -> wasmtime::Result<(u64,)> {
-                Ok((0,))
-            },
-        );
-        assert!(
-            redefined.is_err(),
-            "{MONOTONIC_CLOCK} is not linked by WASI"
-        );
-        add_to_linker(&mut linker).unwrap();
     }
 }

@@ -6,12 +6,16 @@
 //! run to completion on the calling worker thread. This module replaces them with the same
 //! futures raced against [`Watch::stopped`](super::watch::Watch::stopped): when the call's
 //! wall-clock deadline passes or its client disconnects, the wait ends at once with a trap,
-//! and the worker is free. Everything else of WASI is untouched.
+//! and the worker is free. The clock pollables a guest waits on come from ankh's own timer
+//! ([`super::timer`]), which wakes on time. Everything else of WASI is untouched.
 
 use std::future::Future;
 
+use std::time::Duration;
+
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource};
+use wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host as _;
 use wasmtime_wasi::p2::bindings::io::poll::{Host as _, HostPollable as _};
 use wasmtime_wasi::p2::bindings::io::streams::{HostInputStream as _, HostOutputStream as _};
 use wasmtime_wasi::p2::bindings::sync::io::streams::{Host as _, StreamError as WitStreamError};
@@ -19,11 +23,44 @@ use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, StreamResu
 use wasmtime_wasi::runtime::in_tokio;
 
 use super::state::HostState;
+use super::timer;
 use super::watch::{Stopped, race};
 
 /// The version of the WASI interfaces whose functions are replaced: the one wasmtime-wasi
 /// links (guests importing an older 0.2.x are matched to it). Unit tests check it.
 pub const WASI_VERSION: &str = "0.2.12";
+
+/// The interface whose two `subscribe-*` functions are replaced, at the version wasmtime-wasi
+/// links (guests importing an older 0.2.x are matched to it). A unit test checks that this
+/// names an interface the linker already has.
+pub const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
+
+/// Replaces `subscribe-duration` and `subscribe-instant` in a linker that already has WASI.
+pub fn add_clocks_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut clock = linker.instance(MONOTONIC_CLOCK)?;
+    clock.func_wrap(
+        "subscribe-duration",
+        |mut store: StoreContextMut<'_, HostState>, (ns,): (u64,)| {
+            let table = store.data_mut().table();
+            Ok((timer::subscribe(table, Duration::from_nanos(ns))?,))
+        },
+    )?;
+    clock.func_wrap(
+        "subscribe-instant",
+        |mut store: StoreContextMut<'_, HostState>, (when,): (u64,)| {
+            let state = store.data_mut();
+            let now = wasmtime_wasi::clocks::WasiClocksView::clocks(state).now()?;
+            let table = state.table();
+            Ok((timer::subscribe(
+                table,
+                Duration::from_nanos(when.saturating_sub(now)),
+            )?,))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
 
 /// Runs one wait of the guest to completion, unless its call is stopped first: then the wait
 /// ends with a trap that says why.
@@ -164,5 +201,26 @@ mod tests {
             );
         }
         add_to_linker(&mut linker).unwrap();
+    }
+
+    #[test]
+    fn the_replaced_interface_is_the_one_wasi_links() {
+        // Without shadowing, defining a function the linker already has is an error: so this
+        // fails exactly when MONOTONIC_CLOCK names the interface wasmtime-wasi added.
+        let engine = wasmtime::Engine::default();
+        let mut linker = Linker::<HostState>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).unwrap();
+        let mut clock = linker.instance(MONOTONIC_CLOCK).unwrap();
+        let redefined = clock.func_wrap(
+            "subscribe-duration",
+            |_: StoreContextMut<'_, HostState>, (_,): (u64,)| -> wasmtime::Result<(u64,)> {
+                Ok((0,))
+            },
+        );
+        assert!(
+            redefined.is_err(),
+            "{MONOTONIC_CLOCK} is not linked by WASI"
+        );
+        add_clocks_to_linker(&mut linker).unwrap();
     }
 }

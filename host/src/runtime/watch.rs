@@ -12,12 +12,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use super::timer::Deadline;
+pub use crate::message::Cancel;
 
 /// Why a call was stopped from outside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,51 +40,6 @@ impl std::fmt::Display for Stop {
 #[derive(Debug, thiserror::Error)]
 #[error("call stopped: {0}")]
 pub struct Stopped(pub Stop);
-
-/// A cancellation signal, shared by the I/O thread (which fires it when the client leaves) and
-/// the worker running the call.
-#[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<CancelInner>);
-
-#[derive(Debug, Default)]
-struct CancelInner {
-    fired: AtomicBool,
-    /// The guest's current wait, if it is waiting.
-    waker: Mutex<Option<Waker>>,
-}
-
-impl Cancel {
-    /// Fires the signal: the call's current wait ends now, and so does every later one.
-    pub fn cancel(&self) {
-        self.0.fired.store(true, Ordering::Release);
-        let waker = self
-            .0
-            .waker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
-
-    pub fn is_cancelled(&self) -> bool {
-        self.0.fired.load(Ordering::Acquire)
-    }
-
-    fn poll_fired(&self, cx: &mut Context<'_>) -> Poll<()> {
-        if self.is_cancelled() {
-            return Poll::Ready(());
-        }
-        *self.0.waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());
-        // `cancel` may have fired between the check and storing the waker.
-        if self.is_cancelled() {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    }
-}
 
 /// The bounds of the call running in a store.
 #[derive(Debug)]
@@ -193,6 +147,8 @@ pub async fn race<T>(work: impl Future<Output = T>, stop: Stopping) -> Result<T,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use std::task::Waker;
 
     fn block_on<F: Future>(f: F) -> F::Output {
         struct Unpark(std::thread::Thread);

@@ -1,0 +1,49 @@
+//! What the I/O thread hands the pool: a [`Job`], a complete request or an event of a
+//! WebSocket connection, with everything a worker needs to run it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::message::{Cancel, ConnId, WsEvent, WsId};
+use crate::proto::request::RequestHead;
+use crate::runtime::plugin::Plugin;
+
+/// Work for a worker: a request, or an event of a WebSocket connection.
+#[derive(Debug)]
+pub enum Job {
+    Request(RequestJob),
+    Event(EventJob),
+}
+
+/// One request for a worker.
+#[derive(Debug)]
+pub struct RequestJob {
+    pub conn: ConnId,
+    /// The request's position on its connection; replies for other positions are stale.
+    pub seq: u64,
+    /// Unique within this process; shown to the client on errors and in every log line.
+    pub request_id: u64,
+    pub plugin: Arc<Plugin>,
+    /// The prefix the plugin was reached under (`""` for the index plugin).
+    pub mount: Arc<str>,
+    pub head: RequestHead,
+    pub body: Vec<u8>,
+    pub remote: SocketAddr,
+    /// When the request was complete, for the access log's duration.
+    pub received: std::time::Instant,
+    /// The plugin's concurrency slot, held until the request is handled.
+    pub slot: Option<crate::runtime::plugin::InFlight>,
+    /// Fired by the I/O thread when the client disconnects: the call ends at once.
+    pub cancel: Cancel,
+}
+
+/// One event of a WebSocket connection. The I/O thread hands a connection's events out one
+/// at a time, so they reach the plugin in order and never concurrently.
+#[derive(Debug)]
+pub struct EventJob {
+    pub conn: ConnId,
+    pub ws: WsId,
+    /// The plugin's current version: after a reload, events go to the new one.
+    pub plugin: Arc<Plugin>,
+    pub event: WsEvent,
+}

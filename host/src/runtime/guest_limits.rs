@@ -1,0 +1,90 @@
+//! Every bound a plugin instance runs under, decided in one place: [`GuestLimits::for_plugin`]
+//! takes the plugin's policy (itself the server's limits, lowered or raised by `NAME.toml`)
+//! and the constants of [`crate::limits`], and [`configure_store`] arms a store with them
+//! (wasmtime's `store_limits()`/`configure_store` are the model). The rest of the runtime reads
+//! its bounds from here, so `ankh check` can print them and nothing else hard-codes one.
+
+use std::time::Duration;
+
+use wasmtime::Store;
+
+use super::policy::Policy;
+use super::state::HostState;
+use crate::limits;
+
+/// The bounds of one plugin's instances and calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestLimits {
+    /// Linear memory per instance (all its memories together).
+    pub memory_bytes: usize,
+    /// Entries of an instance's resource table (streams, pollables, sockets).
+    pub table_entries: usize,
+    /// Wasm stack per call; engine-wide (every plugin's is the same), shown here for
+    /// completeness.
+    pub stack_bytes: usize,
+    /// CPU time per call, charged on each epoch tick that finds the guest running.
+    pub cpu_deadline: Duration,
+    /// How often the epoch ticks: the precision of the CPU deadline.
+    pub epoch_tick: Duration,
+    /// Wall-clock time per call (and per instantiation), waits included.
+    pub handler_timeout: Duration,
+    /// Key-value: bytes of keys plus values, one key, one value, keys.
+    pub kv_max_bytes: usize,
+    pub kv_max_key_bytes: usize,
+    pub kv_max_value_bytes: usize,
+    pub kv_max_keys: usize,
+    /// WebSocket: one message a plugin sends, a topic name, topics per connection.
+    pub ws_max_message_bytes: usize,
+    pub ws_max_topic_bytes: usize,
+    pub ws_max_topics_per_connection: usize,
+    /// One `log` message (longer ones are cut).
+    pub log_message_bytes: usize,
+    /// The steps the clocks move in.
+    pub clock_resolution: Duration,
+}
+
+impl GuestLimits {
+    /// The bounds of a plugin with `policy`, on a server whose WebSocket message limit is
+    /// `ws_max_message_bytes`.
+    pub fn for_plugin(policy: &Policy, ws_max_message_bytes: usize) -> Self {
+        GuestLimits {
+            memory_bytes: policy.memory_bytes,
+            table_entries: limits::GUEST_TABLE_ENTRIES,
+            stack_bytes: limits::GUEST_STACK_BYTES,
+            cpu_deadline: policy.cpu_deadline,
+            epoch_tick: limits::EPOCH_TICK,
+            handler_timeout: policy.handler_timeout,
+            kv_max_bytes: policy.kv_max_bytes,
+            kv_max_key_bytes: limits::KV_MAX_KEY_BYTES,
+            kv_max_value_bytes: limits::KV_MAX_VALUE_BYTES,
+            kv_max_keys: limits::KV_MAX_KEYS,
+            ws_max_message_bytes,
+            ws_max_topic_bytes: limits::WS_MAX_TOPIC_BYTES,
+            ws_max_topics_per_connection: limits::WS_MAX_TOPICS_PER_CONNECTION,
+            log_message_bytes: limits::GUEST_LOG_MESSAGE_BYTES,
+            clock_resolution: if policy.precise_clocks {
+                Duration::from_nanos(1)
+            } else {
+                limits::GUEST_CLOCK_RESOLUTION
+            },
+        }
+    }
+}
+
+/// Arms a fresh store: its memory limiter, and the epoch callback that charges the guest's CPU
+/// on every tick that finds it running, and stops it when its call ran out of CPU or of
+/// wall-clock time, or its client left. (The resource-table cap, the clocks and the wall-clock
+/// watch are set when the store's [`HostState`] is built, from the same [`GuestLimits`].)
+pub fn configure_store(store: &mut Store<HostState>) {
+    store.limiter(|s| &mut s.memory);
+    store.epoch_deadline_callback(|mut ctx| {
+        let state = ctx.data_mut();
+        let tick = state.limits.epoch_tick;
+        let within_budget = state.budget.tick(tick);
+        if within_budget && state.watch.check(std::time::Instant::now()).is_none() {
+            Ok(wasmtime::UpdateDeadline::Continue(1))
+        } else {
+            Ok(wasmtime::UpdateDeadline::Interrupt)
+        }
+    });
+}
