@@ -93,12 +93,6 @@ impl Dispatcher {
         })
     }
 
-    /// The plugin that serves `path`. Looked up once per request, when its head arrives: the
-    /// mount decides the body limit and then takes the request.
-    pub fn route(&self, path: &str) -> Option<Mount> {
-        self.registry.route(path)
-    }
-
     /// A probe that reads the queue depth from any thread.
     pub fn depth_probe(&self) -> impl Fn() -> usize + Send + Sync + 'static {
         self.pool.depth_probe()
@@ -163,5 +157,30 @@ impl Dispatcher {
                 retry_after: Some(RETRY_AFTER_SECS),
             }
         })
+    }
+}
+
+/// Where a path goes: the plugin mounted there, and its body limit (its policy's; the
+/// connection applies the server's too).
+impl crate::net::http::Router for Dispatcher {
+    fn route(&self, path: &str) -> crate::net::http::Route {
+        let mount = self.registry.route(path);
+        let max_body = mount
+            .as_ref()
+            .map_or(u64::MAX, |m| m.plugin.policy.max_body_bytes);
+        crate::net::http::Route { mount, max_body }
+    }
+}
+
+/// A WebSocket's events go to the current version of its plugin.
+impl crate::net::ws_conn::Events for Dispatcher {
+    fn event(
+        &mut self,
+        conn: ConnId,
+        ws: WsId,
+        plugin: &str,
+        event: WsEvent,
+    ) -> Result<(), Undelivered> {
+        self.dispatch_event(conn, ws, plugin, event)
     }
 }

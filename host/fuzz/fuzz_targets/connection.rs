@@ -1,22 +1,45 @@
-//! The whole connection state machine fed an arbitrary byte stream, split at arbitrary points,
-//! with timers firing at arbitrary moments: it never panics or loops, and everything it writes
-//! is a sequence of well-formed HTTP/1.1 responses.
+//! The HTTP connection state machine fed an arbitrary byte stream, split at arbitrary points,
+//! with timers firing at arbitrary moments and every request it hands out refused with 404
+//! (as the dispatcher would with no plugin): it never panics or loops, and everything it
+//! writes is a sequence of well-formed HTTP/1.1 responses. No pool, no runtime.
 #![no_main]
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ankh::dispatch::Dispatcher;
-use ankh::hub::Hub;
-use ankh::message::ConnId;
-use ankh::pool::reply::reply_channel;
+use ankh::dispatch::Immediate;
 use ankh::limits::Limits;
-use ankh::net::conn::{Conn, Ctx, Liveness, Transport};
-use ankh::pool::WorkerPool;
-use ankh::runtime::registry::Registry;
+use ankh::message::ConnId;
+use ankh::net::conn::{Liveness, Transport};
+use ankh::net::http::{HttpConn, HttpCtx, Route, Router, Step};
 use libfuzzer_sys::fuzz_target;
+
+/// Every path routes nowhere.
+struct Nowhere;
+
+impl Router for Nowhere {
+    fn route(&self, _path: &str) -> Route {
+        Route {
+            mount: None,
+            max_body: u64::MAX,
+        }
+    }
+}
+
+/// What the dispatcher says when no plugin is mounted.
+fn refuse(conn: &mut HttpConn<MemIo>, step: Step, ctx: &HttpCtx<'_>) -> Liveness {
+    let mut step = step;
+    while step.dispatch.take().is_some() {
+        let not_found = Immediate {
+            status: 404,
+            message: "no plugin".to_owned(),
+            retry_after: None,
+        };
+        step = conn.refused(&not_found, ctx);
+    }
+    step.liveness
+}
 
 /// A socket made of memory: reads return the chunks made available so far, then WouldBlock
 /// (or EOF once the client is done); writes accept at most `window` bytes at a time.
@@ -70,11 +93,6 @@ fuzz_target!(|data: &[u8]| {
         max_body_bytes: 64 * 1024,
         ..Limits::default()
     };
-    let (reply_tx, _reply_rx) = reply_channel(Arc::new(|| {}));
-    let hub = Arc::new(Hub::default());
-    let metrics = ankh::metrics::Metrics::default();
-    let pool = WorkerPool::new(0, 4, reply_tx, hub.clone()).unwrap();
-    let mut dispatcher = Dispatcher::new(Arc::new(Registry::default()), pool);
     let start = Instant::now();
     let io = MemIo {
         ready: VecDeque::new(),
@@ -83,12 +101,10 @@ fuzz_target!(|data: &[u8]| {
         window: 1 << 20,
     };
     let peer = "127.0.0.1:9".parse().unwrap();
-    let mut conn = Conn::new(ConnId { slot: 0, serial: 1 }, io, peer, start);
-    let mut ctx = Ctx {
-        dispatcher: &mut dispatcher,
+    let mut conn = HttpConn::new(ConnId { slot: 0, serial: 1 }, io, peer, start);
+    let ctx = HttpCtx {
         limits: &limits,
-        hub: &hub,
-        metrics: &metrics,
+        router: &Nowhere,
         draining: false,
     };
     let mut fed = 0;
@@ -106,17 +122,20 @@ fuzz_target!(|data: &[u8]| {
         conn.stream.ready.extend(&stream[fed..end]);
         fed = end;
         conn.stream.window = if knob & 0x40 != 0 { 7 } else { 1 << 20 };
-        open = conn.on_ready(false, &mut ctx) == Liveness::Open;
+        let ready = conn.on_ready(false, &ctx);
+        open = refuse(&mut conn, ready, &ctx) == Liveness::Open;
         if open && knob & 0x80 != 0 {
             now += Duration::from_secs(u64::from(knob & 0x3f));
-            open = conn.on_timer(now, &mut ctx) == Liveness::Open;
+            let timed = conn.on_timer(now, &ctx);
+            open = refuse(&mut conn, timed, &ctx) == Liveness::Open;
         }
         assert!(step < 100_000, "no progress");
     }
     if open {
         conn.stream.eof = true;
         conn.stream.window = 1 << 20;
-        let _ = conn.on_ready(true, &mut ctx);
+        let last = conn.on_ready(true, &ctx);
+        let _ = refuse(&mut conn, last, &ctx);
     }
     check_responses(&conn.stream.out);
 });

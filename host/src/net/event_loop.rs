@@ -16,12 +16,13 @@ use slab::Slab;
 
 use std::collections::HashMap;
 
-use super::conn::{Conn, Ctx, Liveness};
+use super::conn::Conn;
+use super::http::HttpConn;
 use crate::dispatch::Dispatcher;
 use crate::hub::Hub;
 use crate::limits::Limits;
-use crate::message::{ConnId, WsEvent, WsId};
-use crate::pool::reply::{Reply, ReplyRx};
+use crate::message::{ConnId, WsId};
+use crate::pool::reply::ReplyRx;
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
@@ -43,23 +44,23 @@ const STOP: u8 = 2;
 
 /// The socket loop. Build with [`EventLoop::new`], then call [`EventLoop::run`] on its thread.
 pub struct EventLoop {
-    poll: Poll,
+    pub(super) poll: Poll,
     listener: Option<TcpListener>,
-    conns: Slab<Conn<TcpStream>>,
+    pub(super) conns: Slab<Conn<TcpStream>>,
     next_serial: u64,
-    dispatcher: Dispatcher,
-    replies: ReplyRx,
-    limits: Limits,
-    hub: Arc<Hub>,
-    metrics: Arc<crate::metrics::Metrics>,
+    pub(super) dispatcher: Dispatcher,
+    pub(super) replies: ReplyRx,
+    pub(super) limits: Limits,
+    pub(super) hub: Arc<Hub>,
+    pub(super) metrics: Arc<crate::metrics::Metrics>,
     /// Where each open WebSocket lives, for messages from plugins.
-    websockets: HashMap<WsId, ConnId>,
+    pub(super) websockets: HashMap<WsId, ConnId>,
     /// Upgrades whose client left before the 101 could be written: once their open event
     /// finishes, the plugin still gets the close event (exactly once, after the open).
-    ghosts: HashMap<WsId, Arc<str>>,
+    pub(super) ghosts: HashMap<WsId, Arc<str>>,
     command: Arc<AtomicU8>,
     /// Set once draining: when everything still open is closed regardless.
-    drain_deadline: Option<Instant>,
+    pub(super) drain_deadline: Option<Instant>,
     accept_retry_at: Option<Instant>,
     /// `accept` is failing (out of descriptors); logged once per episode.
     accept_failing: bool,
@@ -218,40 +219,6 @@ impl EventLoop {
         self.conns.len()
     }
 
-    /// Runs `event` on the connection in `slot` (if it is still the connection `id`, when
-    /// given) and closes it if the event says so.
-    fn drive(
-        &mut self,
-        slot: usize,
-        id: Option<ConnId>,
-        event: impl FnOnce(&mut Conn<TcpStream>, &mut Ctx<'_>) -> Liveness,
-    ) {
-        let mut ctx = Ctx {
-            dispatcher: &mut self.dispatcher,
-            limits: &self.limits,
-            hub: &self.hub,
-            metrics: &self.metrics,
-            draining: self.drain_deadline.is_some(),
-        };
-        let Some(conn) = self.conns.get_mut(slot) else {
-            return;
-        };
-        if id.is_some_and(|id| conn.id != id) {
-            // The connection this was for is gone; its slot has a new occupant.
-            return;
-        }
-        let liveness = event(conn, &mut ctx);
-        self.metrics
-            .bytes_in
-            .fetch_add(std::mem::take(&mut conn.bytes_in), Ordering::Relaxed);
-        self.metrics
-            .bytes_out
-            .fetch_add(std::mem::take(&mut conn.bytes_out), Ordering::Relaxed);
-        if liveness == Liveness::Closed {
-            self.close(slot);
-        }
-    }
-
     /// Accepts until the listener would block.
     fn accept(&mut self) {
         let Some(listener) = &self.listener else {
@@ -281,9 +248,10 @@ impl EventLoop {
                         serial: self.next_serial,
                     };
                     self.next_serial += 1;
-                    let mut conn = Conn::new(id, stream, peer, Instant::now());
+                    let mut conn =
+                        Conn::Http(Box::new(HttpConn::new(id, stream, peer, Instant::now())));
                     if let Err(e) = self.poll.registry().register(
-                        &mut conn.stream,
+                        conn.stream_mut(),
                         Token(slot),
                         Interest::READABLE | Interest::WRITABLE,
                     ) {
@@ -314,91 +282,13 @@ impl EventLoop {
         }
     }
 
-    fn on_conn_event(&mut self, slot: usize, read_closed: bool) {
-        self.drive(slot, None, |conn, ctx| conn.on_ready(read_closed, ctx));
-    }
-
-    fn deliver_replies(&mut self) {
-        let replies: Vec<_> = self.replies.drain().collect();
-        for reply in replies {
-            match reply {
-                Reply::Response {
-                    conn,
-                    seq,
-                    bytes,
-                    close,
-                } => self.drive(conn.slot, Some(conn), |c, ctx| {
-                    c.on_reply(seq, bytes, close, ctx)
-                }),
-                Reply::Upgrade {
-                    conn,
-                    seq,
-                    bytes,
-                    ws,
-                    plugin,
-                } => {
-                    if self.conns.get(conn.slot).is_none_or(|c| c.id != conn) {
-                        self.hub.closed(ws);
-                        self.ghosts.insert(ws, plugin);
-                        continue;
-                    }
-                    self.websockets.insert(ws, conn);
-                    self.drive(conn.slot, Some(conn), |c, ctx| {
-                        c.on_upgrade(seq, &bytes, ws, plugin, ctx)
-                    });
-                }
-                Reply::EventDone { conn, ws } => {
-                    if let Some(plugin) = self.ghosts.remove(&ws) {
-                        let close = WsEvent::Close {
-                            code: 1006,
-                            reason: String::new(),
-                            clean: false,
-                        };
-                        if self
-                            .dispatcher
-                            .dispatch_event(conn, ws, &plugin, close)
-                            .is_err()
-                        {
-                            crate::warn_limited!(ws, "close event of a departed WebSocket dropped");
-                        }
-                        continue;
-                    }
-                    self.drive(conn.slot, Some(conn), |c, ctx| c.on_event_done(ctx));
-                }
-                Reply::Send { ws, message } => {
-                    if let Some(&conn) = self.websockets.get(&ws) {
-                        self.drive(conn.slot, Some(conn), |c, ctx| c.on_ws_send(message, ctx));
-                    }
-                }
-                Reply::Publish {
-                    subscribers,
-                    message,
-                } => {
-                    for ws in subscribers {
-                        if let Some(&conn) = self.websockets.get(&ws) {
-                            let message = message.clone();
-                            self.drive(conn.slot, Some(conn), |c, ctx| c.on_ws_send(message, ctx));
-                        }
-                    }
-                }
-                Reply::Close { ws, code, reason } => {
-                    if let Some(&conn) = self.websockets.get(&ws) {
-                        self.drive(conn.slot, Some(conn), |c, ctx| {
-                            c.on_ws_close(code, &reason, ctx)
-                        });
-                    }
-                }
-            }
-        }
-    }
-
     fn sweep(&mut self, now: Instant) {
         if self.accept_retry_at.is_some_and(|t| now >= t) {
             self.accept_retry_at = None;
             self.accept();
         }
         for slot in self.slots() {
-            self.drive(slot, None, |conn, ctx| conn.on_timer(now, ctx));
+            self.on_timer(slot, now);
         }
     }
 
@@ -417,7 +307,7 @@ impl EventLoop {
             "draining: no longer accepting"
         );
         for slot in self.slots() {
-            self.drive(slot, None, |conn, ctx| conn.on_drain(ctx));
+            self.on_drain(slot);
         }
     }
 
@@ -431,16 +321,16 @@ impl EventLoop {
             );
         }
         for (id, seq) in unstarted {
-            self.drive(id.slot, Some(id), |conn, ctx| conn.on_unstarted(seq, ctx));
+            self.with_http(id, |conn, ctx| conn.on_unstarted(seq, ctx));
         }
     }
 
     /// The slots in use now (a snapshot, so connections can close while iterating).
-    fn slots(&self) -> Vec<usize> {
+    pub(super) fn slots(&self) -> Vec<usize> {
         self.conns.iter().map(|(slot, _)| slot).collect()
     }
 
-    fn close(&mut self, slot: usize) {
+    pub(super) fn close(&mut self, slot: usize) {
         let mut conn = self.conns.remove(slot);
         conn.abandon();
         self.metrics
@@ -450,6 +340,6 @@ impl EventLoop {
             self.websockets.remove(&ws);
             self.hub.closed(ws);
         }
-        let _ = self.poll.registry().deregister(&mut conn.stream);
+        let _ = self.poll.registry().deregister(conn.stream_mut());
     }
 }

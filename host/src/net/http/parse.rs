@@ -1,0 +1,139 @@
+//! From buffered bytes to a request: the head, its route and body limit, the body, and the
+//! complete request handed out as a [`Dispatch`].
+
+use std::time::Instant;
+
+use super::{Dispatch, HttpConn, HttpCtx, State, Transport};
+use crate::dispatch::Immediate;
+use crate::limits::LINGER_MAX_BYTES;
+use crate::message::Cancel;
+use crate::proto::body::BodyDecoder;
+use crate::proto::request::{self, Framing, RequestHead};
+use crate::proto::response;
+use crate::proto::{ProtoError, Status};
+use crate::runtime::registry::Mount;
+
+impl<S: Transport> HttpConn<S> {
+    /// One step of protocol work on buffered input. Returns whether anything changed.
+    pub(super) fn process(&mut self, ctx: &HttpCtx<'_>) -> Result<bool, ProtoError> {
+        match &mut self.state {
+            State::Waiting | State::Closing => Ok(false),
+            State::Lingering {
+                discarded,
+                last_read,
+                ..
+            } => {
+                if self.input.buf.is_empty() {
+                    return Ok(false);
+                }
+                *discarded += self.input.buf.len();
+                *last_read = Instant::now();
+                self.input.buf.clear();
+                if *discarded > LINGER_MAX_BYTES {
+                    self.input.eof = true;
+                    self.state = State::Closing;
+                    return Ok(true);
+                }
+                Ok(false)
+            }
+            State::Head => {
+                if self.input.buf.is_empty() {
+                    return Ok(false);
+                }
+                // The request clock starts with its first byte, however it arrived.
+                self.request_since.get_or_insert_with(Instant::now);
+                let (head, used) = match request::parse(&self.input.buf, ctx.limits)? {
+                    Status::Partial => return Ok(false),
+                    Status::Complete(head, used) => (head, used),
+                };
+                self.input.buf.drain(..used);
+                self.current = Some((head.method.clone(), head.path.clone()));
+                if head.path == "*" {
+                    // `OPTIONS *` asks about the server itself (RFC 9110 §9.3.7).
+                    self.answer_server_options(&head);
+                    return Ok(true);
+                }
+                // The plugin's own body limit, when lower than the server's.
+                let route = ctx.router.route(&head.path);
+                let max_body = route.max_body.min(ctx.limits.max_body_bytes);
+                if let Framing::Length(n) = head.framing
+                    && n > max_body
+                {
+                    return Err(ProtoError::BodyTooLarge);
+                }
+                let continue_now =
+                    head.expect_continue && self.input.buf.is_empty() && !ctx.draining;
+                let decoder = match head.framing {
+                    Framing::Empty => {
+                        self.dispatch(head, route.mount, Vec::new(), ctx);
+                        return Ok(true);
+                    }
+                    Framing::Length(n) => BodyDecoder::length(n),
+                    Framing::Chunked => BodyDecoder::chunked(max_body),
+                };
+                if continue_now {
+                    self.out.push(response::CONTINUE);
+                }
+                let capacity = match head.framing {
+                    Framing::Length(n) => usize::try_from(n).unwrap_or(usize::MAX).min(1 << 20),
+                    _ => 0,
+                };
+                self.state = State::Body {
+                    head,
+                    route,
+                    decoder,
+                    body: Vec::with_capacity(capacity),
+                };
+                Ok(true)
+            }
+            State::Body { decoder, body, .. } => {
+                if self.input.buf.is_empty() {
+                    return Ok(false);
+                }
+                let progress = decoder.decode(&self.input.buf, body)?;
+                self.input.buf.drain(..progress.consumed);
+                if progress.done
+                    && let State::Body {
+                        head, route, body, ..
+                    } = std::mem::replace(&mut self.state, State::Waiting)
+                {
+                    self.dispatch(head, route.mount, body, ctx);
+                }
+                Ok(progress.consumed > 0 || progress.done)
+            }
+        }
+    }
+
+    /// A request is complete: it is handed out with this step, unless the server is
+    /// draining (then it is answered 503 at once).
+    fn dispatch(
+        &mut self,
+        head: RequestHead,
+        mount: Option<Mount>,
+        body: Vec<u8>,
+        ctx: &HttpCtx<'_>,
+    ) {
+        let (version, is_head, keep_alive) = (head.version, head.is_head(), head.keep_alive);
+        self.state = State::Waiting;
+        if ctx.draining {
+            let immediate = Immediate {
+                status: 503,
+                message: "the server is shutting down".to_owned(),
+                retry_after: None,
+            };
+            self.answer(&immediate, version, is_head, false);
+            return;
+        }
+        let cancel = Cancel::default();
+        self.in_flight = Some(cancel.clone());
+        self.answering = Some((version, is_head, keep_alive));
+        self.ready = Some(Dispatch {
+            seq: self.seq,
+            head,
+            mount,
+            body,
+            peer: self.peer,
+            cancel,
+        });
+    }
+}

@@ -1,0 +1,261 @@
+//! The HTTP connection on memory, with no pool: partial reads, pipelining, the upgrade
+//! hand-off, and every clock.
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::limits::LINGER_IDLE_TIMEOUT;
+
+/// A transport whose input arrives in the pieces a test pushes, and whose output is kept.
+#[derive(Default)]
+struct Mem {
+    incoming: VecDeque<Vec<u8>>,
+    eof: bool,
+    written: Vec<u8>,
+    /// The peer reads nothing: every write would block.
+    stuck: bool,
+}
+
+impl Read for Mem {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self.incoming.front_mut() {
+            Some(piece) => {
+                let n = buf.len().min(piece.len());
+                buf[..n].copy_from_slice(&piece[..n]);
+                piece.drain(..n);
+                if piece.is_empty() {
+                    self.incoming.pop_front();
+                }
+                Ok(n)
+            }
+            None if self.eof => Ok(0),
+            None => Err(std::io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
+
+impl Write for Mem {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.stuck {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        }
+        self.written.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Transport for Mem {
+    fn shutdown_write(&self) {}
+}
+
+/// Routes every path nowhere, with a body limit.
+struct Nowhere(u64);
+
+impl Router for Nowhere {
+    fn route(&self, _path: &str) -> Route {
+        Route {
+            mount: None,
+            max_body: self.0,
+        }
+    }
+}
+
+fn conn() -> Box<HttpConn<Mem>> {
+    Box::new(HttpConn::new(
+        ConnId { slot: 0, serial: 1 },
+        Mem::default(),
+        "127.0.0.1:9".parse().unwrap(),
+        Instant::now(),
+    ))
+}
+
+fn ctx<'a>(limits: &'a Limits, router: &'a Nowhere) -> HttpCtx<'a> {
+    HttpCtx {
+        limits,
+        router,
+        draining: false,
+    }
+}
+
+/// Feeds `bytes` as one readiness event.
+fn feed(c: &mut HttpConn<Mem>, bytes: &[u8], ctx: &HttpCtx<'_>) -> Step {
+    c.stream.incoming.push_back(bytes.to_vec());
+    c.on_ready(false, ctx)
+}
+
+fn written(c: &mut HttpConn<Mem>) -> String {
+    String::from_utf8_lossy(&std::mem::take(&mut c.stream.written)).into_owned()
+}
+
+#[test]
+fn a_head_in_pieces_is_dispatched_once_complete() {
+    let (limits, router) = (Limits::default(), Nowhere(1 << 20));
+    let ctx = ctx(&limits, &router);
+    let mut c = conn();
+    let raw = b"POST /a?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello";
+    for byte in &raw[..raw.len() - 1] {
+        let step = feed(&mut c, &[*byte], &ctx);
+        assert!(step.dispatch.is_none());
+        assert_eq!(step.liveness, Liveness::Open);
+    }
+    let step = feed(&mut c, &raw[raw.len() - 1..], &ctx);
+    let d = step.dispatch.expect("the request, complete");
+    assert_eq!(
+        (d.head.path.as_str(), d.body.as_slice()),
+        ("/a", &b"hello"[..])
+    );
+    assert_eq!(d.seq, 0);
+}
+
+#[test]
+fn pipelined_requests_are_handed_out_one_at_a_time_in_order() {
+    let (limits, router) = (Limits::default(), Nowhere(1 << 20));
+    let ctx = ctx(&limits, &router);
+    let mut c = conn();
+    let two = b"GET /1 HTTP/1.1\r\nHost: h\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\n";
+    let first = feed(&mut c, two, &ctx).dispatch.unwrap();
+    assert_eq!(first.head.path, "/1");
+    // The second waits until the first is answered, even when more input arrives.
+    assert!(c.on_ready(false, &ctx).dispatch.is_none());
+    let second = c
+        .on_reply(
+            first.seq,
+            b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n1".to_vec(),
+            false,
+            &ctx,
+        )
+        .dispatch
+        .unwrap();
+    assert_eq!((second.head.path.as_str(), second.seq), ("/2", 1));
+    // A late reply for the first position is dropped.
+    c.on_reply(first.seq, b"stale".to_vec(), false, &ctx);
+    c.on_reply(
+        second.seq,
+        b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n2".to_vec(),
+        false,
+        &ctx,
+    );
+    let out = written(&mut c);
+    assert!(
+        out.find("\r\n\r\n1").unwrap() < out.find("\r\n\r\n2").unwrap(),
+        "{out}"
+    );
+    assert!(!out.contains("stale"));
+}
+
+#[test]
+fn a_refused_request_is_answered_by_the_host() {
+    let (limits, router) = (Limits::default(), Nowhere(1 << 20));
+    let ctx = ctx(&limits, &router);
+    let mut c = conn();
+    feed(&mut c, b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n", &ctx)
+        .dispatch
+        .unwrap();
+    let busy = Immediate {
+        status: 503,
+        message: "busy".into(),
+        retry_after: Some(1),
+    };
+    let step = c.refused(&busy, &ctx);
+    assert_eq!(step.liveness, Liveness::Open);
+    let out = written(&mut c);
+    assert!(
+        out.starts_with("HTTP/1.1 503 ") && out.contains("retry-after: 1"),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_upgrade_hands_on_the_bytes_behind_the_handshake() {
+    let (limits, router) = (Limits::default(), Nowhere(1 << 20));
+    let ctx = ctx(&limits, &router);
+    let mut c = conn();
+    let mut bytes = b"GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n".to_vec();
+    bytes.extend_from_slice(&[0x81, 0x82, 1, 2, 3, 4]); // the client's first frame, early
+    let d = feed(&mut c, &bytes, &ctx).dispatch.unwrap();
+    let c = match c.upgrade(d.seq + 1, b"HTTP/1.1 101 Switching Protocols\r\n\r\n") {
+        Err(c) => c,
+        Ok(_) => panic!("a stale upgrade was taken"),
+    };
+    let parts = c
+        .upgrade(d.seq, b"HTTP/1.1 101 Switching Protocols\r\n\r\n")
+        .ok()
+        .unwrap();
+    assert_eq!(parts.input.buf, [0x81, 0x82, 1, 2, 3, 4]);
+    assert!(parts.out.pending(), "the 101 goes first");
+}
+
+#[test]
+fn every_clock_cuts_what_it_bounds() {
+    let limits = Limits {
+        idle_timeout: Duration::from_secs(3),
+        head_timeout: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(7),
+        send_timeout: Duration::from_secs(9),
+        ..Limits::default()
+    };
+    let router = Nowhere(1 << 20);
+    let ctx = ctx(&limits, &router);
+    let start = Instant::now();
+    let after = |s: u64| start + Duration::from_secs(s);
+    // Idle: nothing sent at all.
+    let mut c = conn();
+    c.on_ready(false, &ctx);
+    assert_eq!(c.on_timer(after(2), &ctx).liveness, Liveness::Open);
+    assert_eq!(c.on_timer(after(4), &ctx).liveness, Liveness::Closed);
+    // Head: a head that trickles gets 408.
+    let mut c = conn();
+    feed(&mut c, b"GET / HT", &ctx);
+    assert_eq!(c.on_timer(after(4), &ctx).liveness, Liveness::Open);
+    c.on_timer(after(6), &ctx);
+    assert!(written(&mut c).starts_with("HTTP/1.1 408 "));
+    // Request: a body that trickles gets 408 at the request deadline.
+    let mut c = conn();
+    feed(
+        &mut c,
+        b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 9\r\n\r\nab",
+        &ctx,
+    );
+    assert_eq!(c.on_timer(after(6), &ctx).liveness, Liveness::Open);
+    c.on_timer(after(8), &ctx);
+    assert!(written(&mut c).starts_with("HTTP/1.1 408 "));
+    // Send: output that never moves closes the connection.
+    let mut c = conn();
+    let d = feed(&mut c, b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", &ctx)
+        .dispatch
+        .unwrap();
+    c.stream.stuck = true;
+    let sent = Instant::now();
+    c.on_reply(
+        d.seq,
+        b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_vec(),
+        false,
+        &ctx,
+    );
+    assert!(c.out.pending());
+    assert_eq!(
+        c.on_timer(sent + Duration::from_secs(8), &ctx).liveness,
+        Liveness::Open
+    );
+    assert_eq!(
+        c.on_timer(sent + Duration::from_secs(10), &ctx).liveness,
+        Liveness::Closed
+    );
+    // Lingering: after a closing answer, at most LINGER_IDLE_TIMEOUT without input.
+    let mut c = conn();
+    feed(
+        &mut c,
+        b"GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999\r\n\r\n",
+        &ctx,
+    );
+    assert!(written(&mut c).starts_with("HTTP/1.1 413 "));
+    assert!(matches!(c.state, State::Lingering { .. }));
+    assert_eq!(c.on_timer(Instant::now(), &ctx).liveness, Liveness::Open);
+    let later = Instant::now() + LINGER_IDLE_TIMEOUT;
+    assert_eq!(c.on_timer(later, &ctx).liveness, Liveness::Closed);
+}
