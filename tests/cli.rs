@@ -189,10 +189,13 @@ fn access_log_lines_and_json_logs() {
 
     let quiet = Options::default()
         .plugin(plugins::HELLO)
+        .plugin(plugins::PROBE)
         .arg("--no-access-log")
         .start_with_env("RUST_LOG", None);
     assert_eq!(quiet.get("/hello").0, 200);
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    // Proof the log would show it by now: a line logged after the access line would be.
+    assert_eq!(quiet.get("/probe/log?marker=after").0, 200);
+    quiet.wait_for_log("log after");
     assert!(!quiet.log().contains("ankh::access"), "{}", quiet.log());
     drop(quiet);
 

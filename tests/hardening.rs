@@ -203,13 +203,15 @@ fn a25_a_client_that_never_reads_is_closed_and_memory_stays_bounded() {
 
 #[test]
 fn a25_a_stalled_reader_of_one_large_response_is_closed_by_the_send_timeout() {
-    let s = probe().flag("--send-timeout-ms", 500).start();
+    let s = probe()
+        .flag("--send-timeout-ms", 500)
+        .start_with_env("RUST_LOG", Some("info,ankh::net=debug"));
     let mut stream = s.connect();
     stream
         .write_all(b"GET /probe/big?n=30000000 HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
-    // Do not read until the server has had time to give up on us.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Do not read until the server has given up on us.
+    s.wait_for_log("send timeout");
     let got = read_until_closed(&mut stream).len();
     assert!(got < 30_000_000, "the whole response arrived: {got} bytes");
 }
@@ -221,21 +223,22 @@ fn a59_drain_finishes_in_flight_work_refuses_the_rest_and_exits_0() {
         .flag("--drain-timeout-ms", 10_000)
         .start();
     let addr = s.addr;
-    // In flight on the only worker.
+    // Idle keep-alive: one exchange, then nothing.
+    let mut idle = s.connect();
+    idle.write_all(b"GET /probe/status/200 HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let mut idle_reader = BufReader::new(idle.try_clone().unwrap());
+    assert_eq!(read_response(&mut idle_reader, false).status, 200);
+    // In flight on the only worker, observed to have started.
     let mut busy = s.connect();
     busy.write_all(b"GET /probe/sleep?ms=1500 HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
-    // Give the worker time to pick it up.
-    std::thread::sleep(Duration::from_millis(300));
-    // Queued behind it, never started.
+    s.wait_for_log("sleeping 1500");
+    // Queued behind it.
     let mut queued = s.connect();
     queued
         .write_all(b"GET /probe/status/200?body=queued HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
-    // Idle keep-alive.
-    let mut idle = s.connect();
-    let _ = idle.write_all(b"");
-    std::thread::sleep(Duration::from_millis(200));
 
     s.signal("TERM");
     s.wait_for_log("draining: no longer accepting");
@@ -320,7 +323,7 @@ fn a59_drain_force_closes_at_its_deadline() {
     let mut busy = s.connect();
     busy.write_all(b"GET /probe/sleep?ms=20000 HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    s.wait_for_log("sleeping 20000");
     s.signal("INT");
     let status = s.wait_exit();
     assert!(status.success(), "{status}");

@@ -41,3 +41,5 @@ mod isolation;
 mod clients;
 // Logs a person can read: colour, one event per failure, access lines of host answers.
 mod logs;
+// The runtime alone: a plugin called with no socket, I/O thread or pool.
+mod runtime;

@@ -70,7 +70,7 @@ fn a72_max_concurrency_answers_503_with_retry_after() {
             .status()
             .as_u16()
     });
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    s.wait_for_log("sleeping 1000");
     let resp = s.request(b"GET /probe/status/200 HTTP/1.1\r\nHost: a\r\n\r\n");
     assert_eq!(resp.status, 503);
     assert_eq!(resp.header("retry-after"), Some("1"));

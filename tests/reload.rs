@@ -4,7 +4,6 @@
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
 
 use crate::harness::{Options, plugins};
 
@@ -49,7 +48,7 @@ fn a68_requests_already_running_finish_on_the_old_version() {
             resp.body_mut().read_to_string().unwrap(),
         )
     });
-    std::thread::sleep(Duration::from_millis(300));
+    s.wait_for_log("sleeping 1500");
     s.install("p", plugins::ECHO);
     // New requests see the new version while the old one is still sleeping...
     s.eventually("/p/x", |status, body| {

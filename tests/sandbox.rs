@@ -180,27 +180,39 @@ fn a72_a_full_queue_answers_503_with_retry_after_and_recovers() {
         .arg("1")
         .arg("--queue-depth")
         .arg("1")
+        .arg("--admin")
+        .arg("127.0.0.1:0")
         .start();
-    // One request occupies the worker, one fills the queue; at least one of the rest is
-    // turned away at once.
-    let mut streams = Vec::new();
-    for _ in 0..4 {
+    let admin = crate::admin::admin_addr(&s);
+    let send = || {
         let mut stream = s.connect();
         stream
             .write_all(b"GET /probe/sleep?ms=1500 HTTP/1.1\r\nHost: a\r\n\r\n")
             .unwrap();
-        streams.push(stream);
-        std::thread::sleep(Duration::from_millis(50));
+        stream
+    };
+    // One request occupies the worker (observed), one fills the queue (observed); the rest
+    // are turned away at once.
+    let mut streams = vec![send()];
+    s.wait_for_log("sleeping 1500");
+    streams.push(send());
+    let started = std::time::Instant::now();
+    while crate::admin::value(&crate::admin::scrape(admin), "ankh_queue_depth", &[]) < 1.0 {
+        assert!(
+            started.elapsed() < crate::harness::PATIENCE,
+            "nothing queued"
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
+    streams.push(send());
+    streams.push(send());
     let responses: Vec<_> = streams
         .into_iter()
         .map(|s| read_response(&mut std::io::BufReader::new(s), false))
         .collect();
     let busy: Vec<_> = responses.iter().filter(|r| r.status == 503).collect();
     let served = responses.iter().filter(|r| r.status == 200).count();
-    assert!(!busy.is_empty(), "{responses:?}");
-    assert!(served >= 1, "{responses:?}");
-    assert_eq!(busy.len() + served, 4);
+    assert_eq!((busy.len(), served), (2, 2), "{responses:?}");
     for r in busy {
         assert_eq!(r.header("retry-after"), Some("1"));
     }

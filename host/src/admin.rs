@@ -1,6 +1,7 @@
 //! The admin listener (`--admin ADDR`, meant for loopback): `/healthz`, `/readyz` and
 //! `/metrics`. A plain blocking thread, one request per connection: admin traffic is a scrape
-//! every few seconds, and it must keep answering when the main loop is saturated.
+//! every few seconds, and it must keep answering when the main loop is saturated. Requests are
+//! parsed and answers encoded by [`crate::proto`], as on the main listener.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -10,8 +11,12 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::hub::Hub;
+use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::net::event_loop::StopHandle;
+use crate::proto::request;
+use crate::proto::response::{self, RequestMeta};
+use crate::proto::{Status, Version};
 use crate::runtime::registry::Registry;
 
 /// Longest admin request head, in bytes.
@@ -21,7 +26,7 @@ const MAX_ADMIN_REQUEST_BYTES: usize = 4096;
 const ADMIN_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the admin endpoints look at.
-pub struct AdminState {
+pub(crate) struct AdminState {
     pub metrics: Arc<Metrics>,
     pub hub: Arc<Hub>,
     pub registry: Arc<Registry>,
@@ -30,7 +35,7 @@ pub struct AdminState {
 }
 
 /// Binds `addr` and serves the admin endpoints on a thread of their own.
-pub fn start(addr: SocketAddr, state: AdminState) -> anyhow::Result<SocketAddr> {
+pub(crate) fn start(addr: SocketAddr, state: AdminState) -> anyhow::Result<SocketAddr> {
     let listener =
         TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr} (--admin)"))?;
     let local = listener.local_addr()?;
@@ -48,25 +53,43 @@ pub fn start(addr: SocketAddr, state: AdminState) -> anyhow::Result<SocketAddr> 
 
 fn serve(mut stream: TcpStream, state: &AdminState) -> std::io::Result<()> {
     stream.set_read_timeout(Some(ADMIN_READ_TIMEOUT))?;
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_ADMIN_REQUEST_BYTES {
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            break;
+    // The same parser and encoder as the main listener: one set of HTTP rules.
+    let limits = Limits {
+        max_head_bytes: MAX_ADMIN_REQUEST_BYTES,
+        ..Limits::default()
+    };
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    let head = loop {
+        match request::parse(&buf, &limits) {
+            Ok(Status::Complete(head, _)) => break Ok(head),
+            Ok(Status::Partial) => {}
+            Err(e) => break Err(e),
         }
-        head.extend_from_slice(&buf[..n]);
-    }
-    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
-    let mut parts = line.split(|&b| b == b' ');
-    let (method, target) = (
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-    );
-    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
-    let (status, content_type, body) = match (method, path) {
-        (b"GET", b"/healthz") => (200, "text/plain", "ok\n".to_owned()),
-        (b"GET", b"/readyz") => {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let mut out = Vec::new();
+    let meta = |head: bool| RequestMeta {
+        version: Version::Http11,
+        head,
+        keep_alive: false,
+        accept_encoding: None,
+    };
+    let head = match head {
+        Ok(head) => head,
+        Err(e) => {
+            response::encode_simple(e.status(), &[], &e.to_string(), &meta(false), &mut out);
+            stream.write_all(&out)?;
+            return stream.flush();
+        }
+    };
+    let (status, content_type, body) = match (head.method.as_str(), head.path.as_str()) {
+        ("GET" | "HEAD", "/healthz") => (200, "text/plain", "ok\n".to_owned()),
+        ("GET" | "HEAD", "/readyz") => {
             if state.stop.draining() {
                 (503, "text/plain", "not ready: draining\n".to_owned())
             } else if state.registry.snapshot().is_empty() {
@@ -79,21 +102,24 @@ fn serve(mut stream: TcpStream, state: &AdminState) -> std::io::Result<()> {
                 (200, "text/plain", "ready\n".to_owned())
             }
         }
-        (b"GET", b"/metrics") => (
+        ("GET" | "HEAD", "/metrics") => (
             200,
             "text/plain; version=0.0.4",
             state
                 .metrics
                 .render(state.hub.open_count(), (state.queue_depth)()),
         ),
-        (b"GET", _) => (404, "text/plain", "not found\n".to_owned()),
+        ("GET" | "HEAD", _) => (404, "text/plain", "not found\n".to_owned()),
         _ => (405, "text/plain", "method not allowed\n".to_owned()),
     };
-    let reason = crate::proto::response::reason(status);
-    write!(
-        stream,
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
+    let headers = [("content-type".to_owned(), content_type.as_bytes().to_vec())];
+    let _ = response::encode(
+        status,
+        &headers,
+        body.as_bytes(),
+        &meta(head.is_head()),
+        &mut out,
+    );
+    stream.write_all(&out)?;
     stream.flush()
 }

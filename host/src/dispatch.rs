@@ -74,7 +74,7 @@ impl Dispatcher {
         event: WsEvent,
     ) -> Result<(), Undelivered> {
         let Some(plugin) = self.registry.by_name(name) else {
-            crate::warn_limited!(
+            warn_limited!(
                 plugin = name,
                 ws,
                 "WebSocket event for a plugin that is no longer mounted"
@@ -103,7 +103,7 @@ impl Dispatcher {
         self.pool.queued()
     }
 
-    /// Queues the request for `mount` (found by [`Dispatcher::route`]), or says what to answer
+    /// Queues the request for `mount` (found by its [`Router`](crate::net::http::Router) implementation), or says what to answer
     /// instead. `cancel` is fired by the connection if its client leaves.
     #[allow(clippy::too_many_arguments)]
     pub fn dispatch(
@@ -150,7 +150,7 @@ impl Dispatcher {
             cancel,
         }));
         self.pool.submit(job).map_err(|Busy(_)| {
-            crate::warn_limited!(plugin = %name_for_log, "worker queue full: answering 503");
+            warn_limited!(plugin = %name_for_log, "worker queue full: answering 503");
             Immediate {
                 status: 503,
                 message: "the server is busy, try again shortly".to_owned(),

@@ -17,7 +17,7 @@ pub mod limits;
 
 // Warnings that traffic can trigger at will, rate-limited.
 #[macro_use]
-pub mod log_limit;
+mod log_limit;
 
 // Sans-IO HTTP/1.1.
 pub mod proto;
@@ -41,16 +41,11 @@ pub mod net;
 // The access log, written by whoever answers.
 pub mod access;
 
-// The edges: configuration, the command line, loading and building plugins, assembly.
-pub mod admin;
-pub mod builder;
-pub mod check;
-pub mod cli;
+// The edges: configuration, loading plugins, the admin listener, assembly.
+mod admin;
 pub mod config;
-pub mod dev;
 pub mod loader;
 pub mod metrics;
-pub mod new;
-pub mod reload;
+mod reload;
 pub mod server;
 pub mod settings;

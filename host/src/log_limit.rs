@@ -8,16 +8,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The window over which one call site may log [`BURST`] lines.
-pub const REPEAT_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const REPEAT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Lines one call site may log per [`REPEAT_INTERVAL`].
-pub const BURST: u64 = 10;
+pub(crate) const BURST: u64 = 10;
 
 static START: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 /// The state of one call site: use it as a `static`.
 #[derive(Debug)]
-pub struct LogLimit {
+pub(crate) struct LogLimit {
     /// Milliseconds after [`START`] at which the current window began.
     window_ms: AtomicU64,
     /// Lines asked for in the current window.
@@ -32,7 +32,7 @@ impl Default for LogLimit {
 }
 
 impl LogLimit {
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         LogLimit {
             window_ms: AtomicU64::new(0),
             count: AtomicU64::new(0),
@@ -42,7 +42,7 @@ impl LogLimit {
 
     /// `Some(n)` when a line may be written now, `n` being how many were left out since the
     /// last one; `None` (and one more left out) otherwise.
-    pub fn allow(&self) -> Option<u64> {
+    pub(crate) fn allow(&self) -> Option<u64> {
         let now = START.elapsed().as_millis() as u64;
         let window = self.window_ms.load(Ordering::Relaxed);
         if now >= window + REPEAT_INTERVAL.as_millis() as u64
@@ -63,7 +63,6 @@ impl LogLimit {
 
 /// `tracing::warn!` at most once per [`REPEAT_INTERVAL`] for this call site, with a
 /// `suppressed` field counting the lines left out before it.
-#[macro_export]
 macro_rules! warn_limited {
     ($($arg:tt)+) => {{
         static LIMIT: $crate::log_limit::LogLimit = $crate::log_limit::LogLimit::new();
@@ -74,7 +73,6 @@ macro_rules! warn_limited {
 }
 
 /// `tracing::error!`, rate-limited like [`warn_limited!`].
-#[macro_export]
 macro_rules! error_limited {
     ($($arg:tt)+) => {{
         static LIMIT: $crate::log_limit::LogLimit = $crate::log_limit::LogLimit::new();

@@ -2,11 +2,13 @@
 
 use std::process::ExitCode;
 
-use ankh::cli::{Cli, Command};
+mod cmd;
+
 use ankh::config::{DEFAULT_LOG_LEVEL, LogConfig};
 use ankh::net::event_loop::{Ended, StopHandle};
 use ankh::server::Server;
 use clap::Parser;
+use cmd::cli::{Cli, Command};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -89,7 +91,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Check(args) => {
             let config = args.serve.into_config()?;
             init_logging(&config.log);
-            let report = ankh::check::check(&args.file, &config)?;
+            let report = cmd::check::check(&args.file, &config)?;
             print!("{}", report.text);
             if report.accepted {
                 Ok(())
@@ -108,7 +110,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             std::thread::Builder::new()
                 .name("ankh-dev".into())
                 .spawn(move || {
-                    if let Err(e) = ankh::dev::watch_and_rebuild(&src, release) {
+                    if let Err(e) = cmd::dev::watch_and_rebuild(&src, release) {
                         tracing::error!("source watcher stopped: {e:#}");
                     }
                 })?;
@@ -122,7 +124,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::New(args) => {
             default_logging();
-            let root = ankh::new::create(&args.name, &args.dir, args.sdk.as_deref())?;
+            let root = cmd::new::create(&args.name, &args.dir, args.sdk.as_deref())?;
             println!(
                 "created {}: build it with `ankh build {}`, then serve it at /{}",
                 root.display(),
@@ -134,7 +136,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Build(args) => {
             default_logging();
             let out = args.out.unwrap_or_else(|| args.src.clone());
-            let built = ankh::builder::build(&args.src, &out, !args.debug)?;
+            let built = cmd::build::build(&args.src, &out, !args.debug)?;
             for b in &built {
                 println!(
                     "built {} -> {} ({} KiB)",

@@ -26,10 +26,10 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use crate::loader::{Loads, plugin_name, unusable_name, warn_unusable_name};
 
 /// How long a file must be quiet (no events, same size and time) before it is loaded.
-pub const DEBOUNCE: Duration = Duration::from_millis(100);
+pub(crate) const DEBOUNCE: Duration = Duration::from_millis(100);
 
 /// Keeps the watcher alive; dropping it stops watching.
-pub struct Reloader {
+pub(crate) struct Reloader {
     _watcher: notify::RecommendedWatcher,
     _thread: JoinHandle<()>,
 }
@@ -50,7 +50,7 @@ struct Pending {
 
 /// Starts watching `dir`; what settles there goes to `loads`, which knows the version of each
 /// plugin it mounted, so an event that changes nothing does not reload it.
-pub fn watch(loads: Arc<Loads>, dir: &Path) -> anyhow::Result<Reloader> {
+pub(crate) fn watch(loads: Arc<Loads>, dir: &Path) -> anyhow::Result<Reloader> {
     let (tx, rx) = mpsc::channel::<notify::Result<notify::Event>>();
     let mut watcher = notify::recommended_watcher(move |event| {
         let _ = tx.send(event);

@@ -194,7 +194,7 @@ impl EventLoop {
                             .dispatch_event(conn, ws, &plugin, close)
                             .is_err()
                         {
-                            crate::warn_limited!(ws, "close event of a departed WebSocket dropped");
+                            warn_limited!(ws, "close event of a departed WebSocket dropped");
                         }
                         continue;
                     }

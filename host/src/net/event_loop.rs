@@ -1,7 +1,7 @@
 //! The I/O thread: one `mio::Poll` for the listener, every connection, and the waker that
 //! workers use to hand back replies. Handlers never run here.
 //!
-//! Besides readiness, the loop runs a timer sweep (every [`TIMER_PERIOD`]) that enforces each
+//! Besides readiness, the loop runs a timer sweep (every `TIMER_PERIOD`, 100 ms) that enforces each
 //! connection's deadlines, retries `accept` after the process ran out of file descriptors, and
 //! ends a graceful drain.
 
@@ -234,7 +234,7 @@ impl EventLoop {
                     if self.conns.len() >= self.limits.max_connections {
                         // Accepted and closed at once: the client learns immediately, and the
                         // backlog does not fill with connections we would never serve.
-                        crate::warn_limited!(%peer, max = self.limits.max_connections, "connection limit reached: closing a new connection");
+                        warn_limited!(%peer, max = self.limits.max_connections, "connection limit reached: closing a new connection");
                         let _ = stream.shutdown(std::net::Shutdown::Both);
                         continue;
                     }

@@ -190,7 +190,7 @@ impl<S: Transport> HttpConn<S> {
         }
         let backlog = self.out.backlog();
         if backlog > 0 && backlog + bytes.len() > ctx.limits.max_send_buffer_bytes {
-            crate::warn_limited!(
+            warn_limited!(
                 conn = ?self.id,
                 peer = %self.peer,
                 backlog,

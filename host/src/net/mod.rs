@@ -6,7 +6,7 @@
 //! - [`ws`]: the WebSocket protocol state of a connection after its upgrade;
 //! - [`ws_conn`]: a WebSocket connection (its socket, buffers and protocol state);
 //! - [`conn`]: either kind, and the transport they run on;
-//! - [`event_loop`]: accept, readiness, timers, drain; [`deliver`]: driving connections and
+//! - [`event_loop`]: accept, readiness, timers, drain; `deliver`: driving connections and
 //!   routing replies from workers to them.
 
 pub mod conn;

@@ -106,7 +106,7 @@ impl<S: Transport> WsConnection<S> {
         }
         let backlog = self.out.backlog();
         if backlog > ctx.limits.max_send_buffer_bytes {
-            crate::warn_limited!(ws = self.ws.id, peer = %self.peer, backlog, "closing a WebSocket that does not read (1008)");
+            warn_limited!(ws = self.ws.id, peer = %self.peer, backlog, "closing a WebSocket that does not read (1008)");
             self.close(close_code::POLICY, "not reading");
             self.ws.peer_gone();
             ctx.hub.closed(self.ws.id);

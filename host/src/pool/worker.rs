@@ -249,7 +249,7 @@ impl Worker {
         (conn, seq): (ConnId, u64),
     ) {
         if call.responded() {
-            crate::warn_limited!(plugin = %plugin.name, "upgrade refused: the request was already answered");
+            warn_limited!(plugin = %plugin.name, "upgrade refused: the request was already answered");
             return;
         }
         let headers: Vec<_> = request
@@ -272,7 +272,7 @@ impl Worker {
         let protocol = upgrade.protocol.filter(|p| {
             let ok = offered.iter().any(|o| o == p);
             if !ok {
-                crate::warn_limited!(plugin = %plugin.name, protocol = %p, "the plugin chose a subprotocol the client did not offer; omitted");
+                warn_limited!(plugin = %plugin.name, protocol = %p, "the plugin chose a subprotocol the client did not offer; omitted");
             }
             ok
         });

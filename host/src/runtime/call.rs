@@ -124,7 +124,7 @@ impl CallContext {
         body: &[u8],
     ) -> Result<(), AlreadyResponded> {
         if self.responded {
-            crate::warn_limited!(
+            warn_limited!(
                 plugin = %self.plugin,
                 request = %format_args!("{:016x}", self.request_id),
                 status,
@@ -138,7 +138,7 @@ impl CallContext {
         let keep_alive = match response::encode(status, headers, body, &meta, &mut out) {
             Ok(keep_alive) => keep_alive,
             Err(e) => {
-                crate::error_limited!(
+                error_limited!(
                     plugin = %self.plugin,
                     request = %format_args!("{:016x}", self.request_id),
                     "invalid response from plugin: {e}"

@@ -2,7 +2,7 @@
 //!
 //! Plugins of different owners share one process, its caches and its cores. A clock with
 //! nanosecond resolution is the instrument of cache-timing side channels between them, so by
-//! default both `wasi:clocks` clocks are rounded down to [`GUEST_CLOCK_RESOLUTION`] (the
+//! default both `wasi:clocks` clocks are rounded down to [`crate::limits::GUEST_CLOCK_RESOLUTION`] (the
 //! resolution browsers settled on for pages that are not cross-origin isolated). A plugin whose
 //! policy sets `precise_clocks = true` reads the host's clocks unchanged.
 //!

@@ -23,8 +23,6 @@ pub struct Plugin {
     pub path: PathBuf,
     pub(crate) pre: PluginPre<HostState>,
     pub(crate) kv: Arc<Namespace>,
-    pub memory_bytes: usize,
-    pub cpu_deadline: Duration,
     /// What this plugin may do and use.
     pub policy: Policy,
     /// Every bound its instances and calls run under, from the policy.
@@ -37,8 +35,6 @@ pub struct Plugin {
     pub load_time: Duration,
     /// The compiled code came from the disk cache.
     pub cached: bool,
-    /// The identity of this version: see [`version_digest`].
-    pub digest: u64,
 }
 
 /// The identity of a plugin version: its code and its policy file.
@@ -164,8 +160,6 @@ impl Plugin {
             name,
             path: path.to_owned(),
             pre,
-            memory_bytes: policy.memory_bytes,
-            cpu_deadline: policy.cpu_deadline,
             limits: Arc::new(super::guest_limits::GuestLimits::for_plugin(
                 &policy,
                 runtime.config.ws_max_message_bytes,
@@ -174,7 +168,6 @@ impl Plugin {
             in_flight: Arc::default(),
             load_time: started.elapsed(),
             cached,
-            digest: version_digest(path, &bytes),
         })
     }
 

@@ -14,7 +14,7 @@
 //! - `POST /probe/inc`: `{"val": n}` → `{"val": n+1}`
 //! - `/probe/big?n=N&type=T&enc=E`: N bytes (default 4096) of compressible text, Content-Type T
 //!   (default `text/plain`), and `Content-Encoding: E` when given (the body is not encoded)
-//! - `/probe/sleep?ms=N`: sleeps N ms, then `slept N`
+//! - `/probe/sleep?ms=N`: logs `sleeping N`, sleeps N ms, then `slept N`
 //! - `/probe/log?marker=M`: `stdout M` on stdout, `stderr M` on stderr, and a `log M` info line
 //!   with the field `marker=M` through the log import; returns `logged`
 //! - `/probe/kv?key=K&delta=D`: `kv::increment(K, D)` (D defaults to 1), returns the new value
@@ -127,6 +127,8 @@ fn big(req: &Request) -> Result<Response, Response> {
 
 fn sleep(req: &Request) -> Result<String, Response> {
     let ms: u64 = query(req, "ms", None)?;
+    // Tests wait for this line to know the call has started.
+    log::info(&format!("sleeping {ms}"));
     std::thread::sleep(Duration::from_millis(ms));
     Ok(format!("slept {ms}"))
 }

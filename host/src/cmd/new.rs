@@ -4,12 +4,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-const CARGO_TOML: &str = include_str!("../templates/plugin/Cargo.toml.tmpl");
-const LIB_RS: &str = include_str!("../templates/plugin/lib.rs.tmpl");
+const CARGO_TOML: &str = include_str!("../../templates/plugin/Cargo.toml.tmpl");
+const LIB_RS: &str = include_str!("../../templates/plugin/lib.rs.tmpl");
 
 /// Creates `dir/name` and returns its path. `sdk` is the guest SDK's directory (default: the
 /// one next to this host's sources).
-pub fn create(name: &str, dir: &Path, sdk: Option<&Path>) -> anyhow::Result<PathBuf> {
+pub(crate) fn create(name: &str, dir: &Path, sdk: Option<&Path>) -> anyhow::Result<PathBuf> {
     let valid = !name.is_empty()
         && name
             .bytes()

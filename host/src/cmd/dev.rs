@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use notify::{RecursiveMode, Watcher};
 
-use crate::builder;
+use super::build as builder;
 
 /// How long sources must be quiet before a rebuild starts (editors save in bursts).
 const SETTLE: Duration = Duration::from_millis(300);
@@ -19,7 +19,7 @@ const SETTLE: Duration = Duration::from_millis(300);
 /// this thread, until the watcher fails. The watcher starts first, so a save made during the
 /// first build (which may take minutes with a cold cache) is not missed. Cargo's output goes
 /// to the terminal as it is.
-pub fn watch_and_rebuild(src: &Path, release: bool) -> anyhow::Result<()> {
+pub(crate) fn watch_and_rebuild(src: &Path, release: bool) -> anyhow::Result<()> {
     let src = std::fs::canonicalize(src)
         .with_context(|| format!("plugin source directory {} does not exist", src.display()))?;
     let (tx, rx) = mpsc::channel::<notify::Result<notify::Event>>();

@@ -13,11 +13,11 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 
 /// The target plugins are built for.
-pub const TARGET: &str = "wasm32-wasip2";
+pub(crate) const TARGET: &str = "wasm32-wasip2";
 
 /// One built plugin.
 #[derive(Debug, Clone)]
-pub struct Built {
+pub(crate) struct Built {
     pub name: String,
     pub path: PathBuf,
     pub bytes: u64,
@@ -57,12 +57,12 @@ struct PluginCrate {
 }
 
 /// Builds every plugin crate in `src` and writes `NAME.wasm` files into `out`.
-pub fn build(src: &Path, out: &Path, release: bool) -> anyhow::Result<Vec<Built>> {
+pub(crate) fn build(src: &Path, out: &Path, release: bool) -> anyhow::Result<Vec<Built>> {
     build_matching(src, out, release, |_| true)
 }
 
 /// Builds the plugin crates in `src` whose directory `wanted` accepts.
-pub fn build_matching(
+pub(crate) fn build_matching(
     src: &Path,
     out: &Path,
     release: bool,

@@ -8,23 +8,23 @@ use std::path::Path;
 use anyhow::Context;
 use wasmtime::component::Component;
 
-use crate::config::ServeConfig;
-use crate::loader::plugin_name;
-use crate::runtime::engine::{Runtime, RuntimeConfig};
-use crate::runtime::plugin::Plugin;
-use crate::runtime::policy::Policy;
-use crate::runtime::registry::display_mount;
-use crate::runtime::registry::prefix_for;
+use ankh::config::ServeConfig;
+use ankh::loader::plugin_name;
+use ankh::runtime::engine::{Runtime, RuntimeConfig};
+use ankh::runtime::plugin::Plugin;
+use ankh::runtime::policy::Policy;
+use ankh::runtime::registry::display_mount;
+use ankh::runtime::registry::prefix_for;
 
 /// The report, and whether the plugin would be served.
 #[derive(Debug)]
-pub struct Report {
+pub(crate) struct Report {
     pub text: String,
     pub accepted: bool,
 }
 
 /// Checks `path` under `config`'s limits.
-pub fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report> {
+pub(crate) fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report> {
     let runtime = Runtime::new(RuntimeConfig {
         workers: 1,
         memory_bytes: config.limits.guest_memory_bytes,

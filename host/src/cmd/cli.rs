@@ -5,21 +5,21 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{DEFAULT_CONFIG_FILE, SETTINGS, ServeConfig};
-use crate::settings::Flags;
+use ankh::config::{DEFAULT_CONFIG_FILE, SETTINGS, ServeConfig};
+use ankh::settings::Flags;
 
 /// ankh: an HTTP/1.1 and WebSocket application server whose handlers are sandboxed
 /// WebAssembly components.
 #[derive(Debug, Parser)]
 #[command(name = "ankh", version, about, long_about = None, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)] // parsed once
-pub enum Command {
+pub(crate) enum Command {
     /// Serve every NAME.wasm in the plugins directory at /NAME.
     Serve(ServeArgs),
     /// Build every plugin crate in a directory to NAME.wasm (wasm32-wasip2, release).
@@ -37,7 +37,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-pub struct DevArgs {
+pub(crate) struct DevArgs {
     /// Directory of plugin crates; the built NAME.wasm files are written and served there.
     #[arg(value_name = "SRC", default_value = "plugins")]
     pub src: PathBuf,
@@ -52,7 +52,7 @@ pub struct DevArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct NewArgs {
+pub(crate) struct NewArgs {
     /// The plugin's name: it is served at /NAME.
     #[arg(value_name = "NAME")]
     pub name: String,
@@ -67,7 +67,7 @@ pub struct NewArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// The plugin file.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
@@ -78,7 +78,7 @@ pub struct CheckArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Config file (TOML). Without this flag, ./ankh.toml is read if it exists. Flags override
     /// what the file says.
     #[arg(long, short = 'c', value_name = "FILE")]
@@ -93,10 +93,10 @@ pub struct ServeArgs {
     pub settings: SettingFlags,
 }
 
-/// The flags of the server settings (see [`crate::settings`]): clap arguments built from
+/// The flags of the server settings (see [`ankh::settings`]): clap arguments built from
 /// their declarations.
 #[derive(Debug, Clone, Default)]
-pub struct SettingFlags(pub Flags);
+pub(crate) struct SettingFlags(pub Flags);
 
 impl clap::FromArgMatches for SettingFlags {
     fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
@@ -120,7 +120,7 @@ impl clap::Args for SettingFlags {
 }
 
 #[derive(Debug, Args)]
-pub struct BuildArgs {
+pub(crate) struct BuildArgs {
     /// Directory whose plugin crates (each a subdirectory with a Cargo.toml) are built; may
     /// itself be a cargo workspace.
     #[arg(value_name = "SRC", default_value = "plugins")]
@@ -138,7 +138,7 @@ pub struct BuildArgs {
 impl ServeArgs {
     /// Reads the config file (if any) and layers the flags over it into a validated
     /// [`ServeConfig`].
-    pub fn into_config(self) -> anyhow::Result<ServeConfig> {
+    pub(crate) fn into_config(self) -> anyhow::Result<ServeConfig> {
         let path = match &self.config {
             Some(path) => Some(path.clone()),
             None => Some(PathBuf::from(DEFAULT_CONFIG_FILE)).filter(|p| p.is_file()),
@@ -155,7 +155,7 @@ impl ServeArgs {
 
     /// The configuration of `ankh dev SRC`: SRC is the plugins directory, before any check
     /// that depends on it (the cache must stay out of it), and the directory is watched.
-    pub fn into_dev_config(mut self, src: &std::path::Path) -> anyhow::Result<ServeConfig> {
+    pub(crate) fn into_dev_config(mut self, src: &std::path::Path) -> anyhow::Result<ServeConfig> {
         self.settings
             .0
             .given

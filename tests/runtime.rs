@@ -1,0 +1,163 @@
+//! The runtime alone: a plugin called through `ankh::runtime` with no socket, no I/O thread
+//! and no worker pool (the seam of issue 13). What the runtime needs from the rest of the host
+//! is two traits, here implemented by the test.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ankh::access::Access;
+use ankh::hub::Hub;
+use ankh::limits::Limits;
+use ankh::message::{Cancel, Outbound, WsId};
+use ankh::proto::Version;
+use ankh::runtime::bindings::types;
+use ankh::runtime::call::{CallContext, Origin, Responder};
+use ankh::runtime::engine::{Runtime, RuntimeConfig};
+use ankh::runtime::instance::{Instance, InvokeError};
+use ankh::runtime::plugin::Plugin;
+use ankh::runtime::state::{WsLink, WsOut};
+
+use crate::harness::{plugins, test_cache_dir};
+
+/// A response as sent: the bytes, and whether the connection closes after them.
+type Sent = (Vec<u8>, bool);
+
+/// Keeps what the runtime would have sent to a client.
+#[derive(Clone, Default)]
+struct Kept(Arc<Mutex<Vec<Sent>>>);
+
+impl Responder for Kept {
+    fn respond(&mut self, bytes: Vec<u8>, close: bool) {
+        self.0.lock().unwrap().push((bytes, close));
+    }
+}
+
+/// No WebSockets here.
+#[derive(Debug)]
+struct NoSockets;
+
+impl WsOut for NoSockets {
+    fn send(&self, _: WsId, _: Outbound) {}
+    fn close(&self, _: WsId, _: u16, _: String) {}
+    fn publish(&self, _: Vec<WsId>, _: Outbound) {}
+}
+
+fn runtime(cpu_deadline: Duration) -> Arc<Runtime> {
+    let limits = Limits::default();
+    Runtime::new(RuntimeConfig {
+        workers: 1,
+        memory_bytes: limits.guest_memory_bytes,
+        cpu_deadline,
+        handler_timeout: limits.handler_timeout,
+        kv_max_bytes: limits.kv_max_bytes,
+        ws_max_message_bytes: limits.ws_max_message_bytes,
+        max_body_bytes: limits.max_body_bytes,
+        pooling: false,
+        cache_dir: Some(test_cache_dir()),
+    })
+    .unwrap()
+}
+
+fn request(path: &str, mount: &str) -> types::Request {
+    types::Request {
+        id: "0000000000000001".into(),
+        method: "GET".into(),
+        path: path.into(),
+        mount: mount.into(),
+        query: String::new(),
+        headers: vec![types::Header {
+            name: "host".into(),
+            value: b"test".to_vec(),
+        }],
+        body: Vec::new(),
+        remote_addr: "127.0.0.1:1".into(),
+        version: types::HttpVersion::Http11,
+    }
+}
+
+fn call(name: &str, kept: &Kept) -> CallContext {
+    let origin = Origin {
+        request_id: 1,
+        version: Version::Http11,
+        head: false,
+        keep_alive: true,
+        accept_encoding: None,
+        access: Access {
+            remote: "127.0.0.1:1".parse().unwrap(),
+            method: "GET".into(),
+            path: "/".into(),
+            received: std::time::Instant::now(),
+            metrics: None,
+        },
+    };
+    CallContext::new(origin, name.into(), Box::new(kept.clone()), Vec::new())
+}
+
+fn instance(runtime: &Runtime, name: &str, wasm: &str) -> Instance {
+    let plugin = Arc::new(Plugin::load(runtime, name, Path::new(wasm)).unwrap());
+    let link = WsLink {
+        hub: Arc::new(Hub::default()),
+        out: Arc::new(NoSockets),
+    };
+    Instance::new(plugin, link).map_err(|f| f.error).unwrap()
+}
+
+#[test]
+fn a_plugin_answers_through_the_runtime_alone() {
+    let runtime = runtime(Duration::from_secs(2));
+    let mut hello = instance(&runtime, "hello", plugins::HELLO);
+    let kept = Kept::default();
+    let (outcome, call) = hello.handle_request(
+        &request("/hello", "/hello"),
+        call("hello", &kept),
+        Cancel::default(),
+    );
+    match outcome.map_err(|f| f.error).unwrap() {
+        types::Outcome::Respond(r) => {
+            assert_eq!(r.status, 200);
+            assert_eq!(r.body, b"Hello, World!");
+        }
+        _ => panic!("hello responds"),
+    }
+    // The response was not sent: `handle-request` returned it, the caller sends it.
+    assert!(!call.responded());
+    assert!(kept.0.lock().unwrap().is_empty());
+}
+
+#[test]
+fn the_runtime_alone_enforces_a_calls_limits_and_its_cancellation() {
+    let runtime = runtime(Duration::from_millis(100));
+    let mut spin = instance(&runtime, "spin", plugins::SPIN);
+    let kept = Kept::default();
+    let (outcome, _) = spin.handle_request(
+        &request("/spin/loop", "/spin"),
+        call("spin", &kept),
+        Cancel::default(),
+    );
+    let Err(failure) = outcome else {
+        panic!("a runaway loop fails");
+    };
+    assert!(
+        matches!(failure.error, InvokeError::Deadline(_)),
+        "{:?}",
+        failure.error
+    );
+    // A call whose client already left stops at its first wait.
+    let mut probe = instance(&runtime, "probe", plugins::PROBE);
+    let cancel = Cancel::default();
+    cancel.cancel();
+    let mut req = request("/probe/sleep", "/probe");
+    req.query = "ms=60000".into();
+    let started = std::time::Instant::now();
+    let (outcome, _) = probe.handle_request(&req, call("probe", &kept), cancel);
+    let Err(failure) = outcome else {
+        panic!("a cancelled call fails");
+    };
+    assert!(
+        matches!(failure.error, InvokeError::Cancelled),
+        "{:?}",
+        failure.error
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
