@@ -1,38 +1,64 @@
 #!/usr/bin/env bash
-# Before/after for a hot-path change: serves the `bench` plugin (as index.wasm) with each
-# ankh binary in turn, ROUNDS times, alternating, and prints each binary's median req/s and
-# p99 under the same wrk load. Alternating rounds spread the machine's noise over all of them.
+# Before/after for a hot-path change: serves the `bench` plugin (as index.wasm, with its
+# policy plugins/bench.toml) with each ankh binary in turn, ROUNDS times, alternating, and
+# prints each binary's median req/s and p99 under the same wrk load. Alternating rounds spread
+# the machine's noise over all of them. Servers run as a user runs them (access log on, to a
+# file) unless -q turns the access log off.
 #
-#   benches/ab.sh [-p PATH] [-c CONNECTIONS] [-w WORKERS] [-r ROUNDS] [-d SECONDS] BIN...
+#   benches/ab.sh [-p PATH] [-c CONNECTIONS] [-w WORKERS] [-r ROUNDS] [-d SECONDS] [-q] BIN...
+#
+# A binary older than a key of the policy refuses the plugin; it is then served without the
+# policy (said on stderr). Such binaries predate coarse clocks, so they read precise clocks,
+# which is what the policy asks for.
 #
 # Example: keep a copy of the old binary, rebuild, compare:
 #   cp target/release/ankh /tmp/ankh-before && cargo build --release -p ankh
 #   benches/ab.sh /tmp/ankh-before target/release/ankh
 set -euo pipefail
-path=/ conns=64 workers="" rounds=5 secs=3
-while getopts "p:c:w:r:d:" opt; do
+path=/ conns=64 workers="" rounds=5 secs=3 quiet=""
+while getopts "p:c:w:r:d:q" opt; do
     case $opt in
         p) path=$OPTARG ;; c) conns=$OPTARG ;; w) workers=$OPTARG ;;
-        r) rounds=$OPTARG ;; d) secs=$OPTARG ;; *) exit 2 ;;
+        r) rounds=$OPTARG ;; d) secs=$OPTARG ;; q) quiet=1 ;; *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-p PATH] [-c N] [-w N] [-r N] [-d S] BIN..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [-p PATH] [-c N] [-w N] [-r N] [-d S] [-q] BIN..." >&2; exit 2; }
 command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 wasm=$root/plugins/target/wasm32-wasip2/release/bench.wasm
 [ -f "$wasm" ] || cargo build --release --target wasm32-wasip2 --manifest-path "$root/plugins/Cargo.toml" -p bench
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
-mkdir "$work/plugins" && cp "$wasm" "$work/plugins/index.wasm"
+policy=$root/plugins/bench.toml
+
+start() { # BIN DIR: sets $pid, returns once the server listens
+    rm -f "$work/ready"
+    "$1" serve --plugins "$2" --listen 127.0.0.1:0 --ready-file "$work/ready" \
+        ${quiet:+--no-access-log} --no-watch --cache-dir "$work/cache" \
+        ${workers:+--workers $workers} 2>"$work/log" &
+    pid=$!
+    for _ in $(seq 600); do [ -s "$work/ready" ] && break; sleep 0.05; done
+}
+
+# One plugins directory per binary: with the policy if that binary accepts it.
+declare -A dirs
+n=0
+for bin in "$@"; do
+    n=$((n + 1)); dir=$work/plugins-$n; mkdir "$dir"; cp "$wasm" "$dir/index.wasm"
+    [ -f "$policy" ] && cp "$policy" "$dir/index.toml"
+    start "$bin" "$dir"
+    status=$(curl -s -o /dev/null -w '%{http_code}' "http://$(cat "$work/ready")/" || true)
+    kill $pid; wait $pid 2>/dev/null || true
+    if [ "$status" != 200 ] && [ -f "$dir/index.toml" ]; then
+        echo "$bin: refuses $(basename "$policy") (an older binary): served without it" >&2
+        rm "$dir/index.toml"
+    fi
+    dirs[$bin]=$dir
+done
 
 run_one() { # BIN -> "rps p99"
-    rm -f "$work/ready"
-    "$1" serve --plugins "$work/plugins" --listen 127.0.0.1:0 --ready-file "$work/ready" \
-        --no-access-log --no-watch --cache-dir "$work/cache" ${workers:+--workers $workers} \
-        2>"$work/log" &
-    local pid=$!
-    for _ in $(seq 600); do [ -s "$work/ready" ] && break; sleep 0.05; done
+    start "$1" "${dirs[$1]}"
     local url="http://$(cat "$work/ready")$path"
     wrk -t2 -c"$conns" -d1s "$url" >/dev/null
     local out; out=$(wrk -t2 -c"$conns" -d"${secs}s" --latency "$url")
@@ -47,7 +73,8 @@ for r in $(seq "$rounds"); do
     done
 done
 for bin in "$@"; do echo "$bin: $(awk 'NF {printf "%s ", $1}' <<<"${results[$bin]}")"; done
-printf '%-40s %12s %10s   (%s, %d connections, %d x %ds rounds)\n' binary "median req/s" "p99" "$path" "$conns" "$rounds" "$secs"
+printf '%-40s %12s %10s   (%s, %d connections, %d x %ds rounds, access log %s)\n' binary "median req/s" "p99" \
+    "$path" "$conns" "$rounds" "$secs" "$([ -n "$quiet" ] && echo off || echo on)"
 for bin in "$@"; do
     median=$(sort -n <<<"${results[$bin]}" | awk 'NF' | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}')
     printf '%-40s %12.0f %10s\n' "$bin" ${median}

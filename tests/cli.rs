@@ -25,19 +25,21 @@ fn serve_logs_what_it_loaded() {
     assert!(log.contains("plugin=hello mount=/hello"), "{log}");
 }
 
-/// The README's ten-line plugin, as a fresh crate outside the repository's workspaces.
-const TEN_LINE_PLUGIN: &str = r#"use ankh_guest::prelude::*;
-
-fn router() -> Router {
-    Router::new()
-        .get("/", |_req: &Request| Response::text("Hello from a new plugin!"))
-        .get("/greet/@name", |req: &Request| {
-            Response::text(format!("Hello, {}!", req.param("name").unwrap_or("stranger")))
-        })
+/// The README's ten-line plugin, read from the README itself, so what it shows is what this
+/// test builds and serves.
+fn ten_line_plugin() -> String {
+    let readme = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let readme = std::fs::read_to_string(readme).unwrap();
+    let section = &readme[readme.find("## A ten-line plugin").unwrap()..];
+    let start = section.find("```rust\n").unwrap() + "```rust\n".len();
+    let code = &section[start..start + section[start..].find("```").unwrap()];
+    let lines = code.lines().filter(|l| !l.trim().is_empty()).count();
+    assert!(
+        lines <= 10,
+        "the README's ten-line plugin has {lines} lines"
+    );
+    code.to_owned()
 }
-
-ankh_guest::export_plugin!(router);
-"#;
 
 fn new_crate(root: &std::path::Path, name: &str, lib_rs: &str) {
     let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
@@ -58,7 +60,7 @@ fn new_crate(root: &std::path::Path, name: &str, lib_rs: &str) {
 fn build_then_serve_a_new_plugin() {
     let src = TempDir::new("build-src");
     let out = TempDir::new("build-out");
-    new_crate(src.path(), "greeter", TEN_LINE_PLUGIN);
+    new_crate(src.path(), "greeter", &ten_line_plugin());
     let result = Command::new(ankh_bin())
         .arg("build")
         .arg(src.path())

@@ -244,12 +244,17 @@ impl TestServer {
             Ok(addr) => addr,
             Err(why) => panic!("ankh did not become ready: {why}\n{}", log.lock().unwrap()),
         };
-        TestServer {
+        let server = TestServer {
             child,
             addr,
             log,
             _dir: dir,
-        }
+        };
+        // The server logs what it loaded and where it listens before it writes the ready file;
+        // wait until the reader threads have those lines too, so a test reads a complete
+        // start-up log.
+        server.wait_for_log("listening on");
+        server
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -293,3 +293,70 @@ fn dev_keeps_the_cache_out_of_the_directory_it_watches() {
         stderr(&out)
     );
 }
+
+// The README is the front door: its configuration block, its command synopsis and its limits
+// table must say what the binary does. Each is compared with the one declaration of settings.
+fn readme() -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    std::fs::read_to_string(path).unwrap()
+}
+
+/// The first fenced block after `heading` whose fence line is exactly "```" + `lang`.
+fn fenced_block<'a>(text: &'a str, heading: &str, lang: &str) -> &'a str {
+    let section = &text[text.find(heading).unwrap_or_else(|| panic!("{heading}"))..];
+    let fence = format!("```{lang}\n");
+    let start = section.find(&fence).unwrap() + fence.len();
+    let len = section[start..].find("```").unwrap();
+    &section[start..start + len]
+}
+
+#[test]
+fn the_readme_shows_the_real_defaults_and_every_flag() {
+    use ankh::config::SETTINGS;
+    use ankh::settings::Flag;
+    let readme = readme();
+    let documented: toml::Table =
+        toml::from_str(fenced_block(&readme, "## Configuration", "toml")).unwrap();
+    let dir = TempDir::new(line!().to_string().as_str());
+    let out = ankh(&[
+        "serve",
+        "--print-config",
+        "--plugins",
+        "plugins",
+        "--cache-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut printed: toml::Table = toml::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    // The cache directory's default depends on $HOME; the README says where it goes instead.
+    printed.remove("cache_dir");
+    for (key, value) in &printed {
+        match value.as_table() {
+            Some(section) => {
+                for (name, value) in section {
+                    assert_eq!(
+                        documented.get(key).and_then(|s| s.get(name)),
+                        Some(value),
+                        "README's configuration block: {key}.{name}"
+                    );
+                }
+            }
+            None => assert_eq!(
+                documented.get(key),
+                Some(value),
+                "README's configuration block: {key}"
+            ),
+        }
+    }
+    let synopsis = fenced_block(&readme, "## Command line", "");
+    for setting in SETTINGS {
+        let long = match setting.flag {
+            Flag::None => continue,
+            Flag::Value { long, .. } | Flag::Off(long) | Flag::OptionalValue { long, .. } => long,
+        };
+        assert!(
+            synopsis.contains(&format!("[--{long}")),
+            "--{long} is missing from the README's command synopsis"
+        );
+    }
+}
