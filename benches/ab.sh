@@ -34,9 +34,12 @@ policy=$root/plugins/bench.toml
 
 start() { # BIN DIR: sets $pid, returns once the server listens
     rm -f "$work/ready"
-    "$1" serve --plugins "$2" --listen 127.0.0.1:0 --ready-file "$work/ready" \
+    # From the work directory, so the default data directory (./data) is a scratch one, for
+    # binaries old and new alike.
+    local bin; bin=$(realpath "$1")
+    (cd "$work" && exec "$bin" serve --plugins "$2" --listen 127.0.0.1:0 --ready-file "$work/ready" \
         ${quiet:+--no-access-log} --no-watch --cache-dir "$work/cache" \
-        ${workers:+--workers $workers} 2>"$work/log" &
+        ${workers:+--workers $workers} 2>"$work/log") &
     pid=$!
     for _ in $(seq 600); do [ -s "$work/ready" ] && break; sleep 0.05; done
 }

@@ -150,6 +150,7 @@ fn runtime(pooling: bool) -> Arc<Runtime> {
         max_body_bytes: Limits::default().max_body_bytes,
         pooling,
         cache_dir: Some(benches::root().join("target/bench-cache")),
+        store: ankh::kv::Store::memory(),
     })
     .unwrap()
 }

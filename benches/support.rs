@@ -79,6 +79,7 @@ impl Drop for Ankh {
         let _ = self.child.wait();
         if let Some(dir) = &self.own_dir {
             let _ = std::fs::remove_dir_all(dir);
+            let _ = std::fs::remove_dir_all(dir.with_extension("data"));
         }
     }
 }
@@ -129,6 +130,13 @@ pub fn serve(dir: &Path, cache: &Path, args: &[&str]) -> Ankh {
         .arg(&ready)
         .arg("--cache-dir")
         .arg(cache)
+        .args(
+            (!args.contains(&"--data-dir"))
+                .then(|| ["--data-dir".into(), dir.with_extension("data")])
+                .into_iter()
+                .flatten()
+                .collect::<Vec<std::path::PathBuf>>(),
+        )
         .args(args)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())

@@ -80,6 +80,8 @@ pub struct TestServer {
     log: Arc<Mutex<String>>,
     /// The plugins directory, removed when the server is dropped.
     _dir: TempDir,
+    /// The data directory, when the harness made one (removed with the server).
+    _data: Option<TempDir>,
 }
 
 /// Options for [`TestServer`].
@@ -100,6 +102,8 @@ pub struct Options {
     pub env: Vec<(String, String)>,
     /// Environment variables removed (the harness sets `NO_COLOR`, for one).
     pub env_removed: Vec<String>,
+    /// The data directory (`--data-dir`); without it each server gets a fresh one of its own.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Options {
@@ -136,6 +140,12 @@ impl Options {
     /// Starts the server without the environment variable `name`.
     pub fn env_remove(mut self, name: &str) -> Self {
         self.env_removed.push(name.to_owned());
+        self
+    }
+
+    /// Keeps the server's durable state in `dir` (to start another server on the same data).
+    pub fn data_dir(mut self, dir: &Path) -> Self {
+        self.data_dir = Some(dir.to_owned());
         self
     }
 
@@ -190,6 +200,20 @@ impl TestServer {
             command.args(&options.command);
         }
         command.envs(options.env.iter().map(|(k, v)| (k, v)));
+        // Every server has its own data directory (two cannot share one): the one asked for,
+        // or a fresh one removed with the server.
+        let data = match &options.data_dir {
+            Some(_) => None,
+            None if options.args.iter().any(|a| a == "--data-dir") => None,
+            None => Some(TempDir::new("data")),
+        };
+        if let Some(path) = options
+            .data_dir
+            .as_deref()
+            .or(data.as_ref().map(TempDir::path))
+        {
+            command.arg("--data-dir").arg(path);
+        }
         command
             .arg("--plugins")
             .arg(dir.path())
@@ -249,6 +273,7 @@ impl TestServer {
             addr,
             log,
             _dir: dir,
+            _data: data,
         };
         // The server logs what it loaded and where it listens before it writes the ready file;
         // wait until the reader threads have those lines too, so a test reads a complete

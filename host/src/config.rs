@@ -28,11 +28,28 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
 /// The plugins directory when nothing says otherwise.
 pub const DEFAULT_PLUGINS_DIR: &str = "plugins";
 
+/// The data directory when nothing says otherwise: next to the config file, or in the working
+/// directory without one.
+pub const DEFAULT_DATA_DIR: &str = "data";
+
+/// Where plugins' key-value data lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvBackend {
+    /// A crash-safe database in the data directory.
+    File,
+    /// In memory: lost when the server stops.
+    Memory,
+}
+
 /// Everything `ankh serve` needs to start.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub listen: SocketAddr,
     pub plugins_dir: PathBuf,
+    /// Durable state: the key-value database.
+    pub data_dir: PathBuf,
+    /// Which key-value backend.
+    pub kv: KvBackend,
     pub workers: usize,
     pub limits: Limits,
     /// Use wasmtime's pooling instance allocator.
@@ -70,6 +87,8 @@ impl Default for ServeConfig {
         ServeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             plugins_dir: PathBuf::from(DEFAULT_PLUGINS_DIR),
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            kv: KvBackend::File,
             workers: 1,
             limits: Limits::default(),
             pooling: true,
@@ -233,6 +252,44 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         default: || Value::Path(PathBuf::from(DEFAULT_PLUGINS_DIR)),
         apply: |c, v| c.plugins_dir = v.path().unwrap_or_default(),
         read: |c| Value::Path(c.plugins_dir.clone()),
+    },
+    Setting {
+        key: "data_dir",
+        flag: Flag::Value {
+            long: "data-dir",
+            short: None,
+        },
+        kind: Kind::Path,
+        doc: "Directory of durable state: plugins' key-value data (kv.redb). Created if missing; one ankh process at a time. By default `data` next to the config file (or in the working directory without one); in the file, relative to the file",
+        default: || Value::Path(PathBuf::from(DEFAULT_DATA_DIR)),
+        apply: |c, v| c.data_dir = v.path().unwrap_or_default(),
+        read: |c| Value::Path(c.data_dir.clone()),
+    },
+    Setting {
+        key: "kv",
+        flag: Flag::Value {
+            long: "kv",
+            short: None,
+        },
+        kind: Kind::Choice(&["file", "memory"]),
+        doc: "Where plugins' key-value data lives: `file` (a crash-safe database in the data directory; a write a plugin saw succeed is on disk) or `memory` (lost when the server stops: for tests and throwaway runs)",
+        default: || Value::Text("file".to_owned()),
+        apply: |c, v| {
+            c.kv = if v.text() == "memory" {
+                KvBackend::Memory
+            } else {
+                KvBackend::File
+            }
+        },
+        read: |c| {
+            Value::Text(
+                match c.kv {
+                    KvBackend::File => "file",
+                    KvBackend::Memory => "memory",
+                }
+                .to_owned(),
+            )
+        },
     },
     Setting {
         key: "workers",
@@ -593,6 +650,22 @@ impl ServeConfig {
                 ),
             });
         }
+        // The data directory's default is next to the config file.
+        if matches!(origins.get("data_dir"), None | Some(Origin::Default))
+            && let Some(dir) = self.source.as_deref().and_then(Path::parent)
+        {
+            self.data_dir = dir.join(DEFAULT_DATA_DIR);
+        }
+        if self.kv == KvBackend::File && inside(&self.data_dir, &self.plugins_dir) {
+            return Err(SettingsError::Value {
+                place: place("data_dir"),
+                message: format!(
+                    "{} is inside the plugins directory {}; every commit would wake the plugin watcher",
+                    self.data_dir.display(),
+                    self.plugins_dir.display()
+                ),
+            });
+        }
         if !self.cache {
             self.cache_dir = None;
         }
@@ -617,6 +690,14 @@ impl ServeConfig {
             });
         }
         Ok(())
+    }
+
+    /// The key-value store these settings ask for.
+    pub fn store(&self) -> crate::kv::StoreConfig {
+        match self.kv {
+            KvBackend::File => crate::kv::StoreConfig::File(self.data_dir.clone()),
+            KvBackend::Memory => crate::kv::StoreConfig::Memory,
+        }
     }
 
     /// The effective configuration in the config file's own format.

@@ -26,6 +26,9 @@ pub mod proto;
 pub mod hub;
 pub mod message;
 
+// Plugins' key-value data: durable by default.
+pub mod kv;
+
 // The wasm side.
 pub mod runtime;
 

@@ -96,6 +96,33 @@ pub const KV_MAX_KEYS: usize = 100_000;
 /// Bytes one plugin's key-value namespace may hold (keys plus values); past it: `full`.
 pub const KV_MAX_BYTES: usize = 64 * 1024 * 1024;
 
+/// Most keys in one key-value batch call (`get-many`, `set-many`, `delete-many`).
+pub const KV_MAX_BATCH_KEYS: usize = 1000;
+
+/// Most bytes (keys plus values) one key-value batch call moves, either way.
+pub const KV_MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
+
+/// Most keys in one page of `list-keys` (a larger limit is lowered to this).
+pub const KV_MAX_PAGE_KEYS: usize = 1000;
+
+/// Most writes the file store commits together, in one transaction and one fsync.
+pub const KV_GROUP_COMMIT_MAX: usize = 1024;
+
+/// How often expired keys are reclaimed, and how many at most in one pass.
+pub const KV_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+pub const KV_SWEEP_BATCH: usize = 10_000;
+
+/// Memory the file store may use to cache pages of its database.
+pub const KV_FILE_CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+/// After an I/O error (a full disk, a read-only device), how often the file store tries to
+/// reopen its database.
+pub const KV_REOPEN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Open `list-keys` cursors one `wasi:keyvalue` bucket remembers (its cursors are numbers;
+/// the oldest is forgotten first).
+pub const KV_WASI_CURSORS: usize = 64;
+
 /// Open client connections; the one past this is accepted and closed at once.
 pub const MAX_CONNECTIONS: usize = 10_000;
 

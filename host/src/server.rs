@@ -69,6 +69,9 @@ impl Server {
         let local_addr = std_listener.local_addr()?;
         let listener = mio::net::TcpListener::from_std(std_listener);
 
+        // Before anything listens: a store that cannot be opened (locked by another ankh,
+        // corrupt, an uncreatable directory) stops the start with its one-line reason.
+        let store = crate::kv::Store::open(&config.store())?;
         let runtime = Runtime::new(RuntimeConfig {
             workers: config.workers,
             memory_bytes: config.limits.guest_memory_bytes,
@@ -79,6 +82,7 @@ impl Server {
             max_body_bytes: config.limits.max_body_bytes,
             pooling: config.pooling,
             cache_dir: config.cache_dir.clone(),
+            store,
         })
         .context("cannot set up the wasm runtime")?;
         let registry = Arc::new(Registry::default());

@@ -46,7 +46,10 @@ class Handler(exports.Handler):
         if route == "/json":
             return respond(200, json.dumps(to_json(request)), "application/json")
         if request.method == "POST" and route == "/visits":
-            count = kv.increment("visits", 1)
+            try:
+                count = kv.increment("visits", 1)
+            except Err as e:
+                return respond(503, f"the key-value store failed: {e.value}\n")
             log.log(LogLevel.INFO, "visit", [("count", str(count))])
             return respond(200, json.dumps({"visits": count}), "application/json")
         if route == "/boom":

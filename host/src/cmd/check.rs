@@ -35,6 +35,8 @@ pub(crate) fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report>
         max_body_bytes: config.limits.max_body_bytes,
         pooling: false,
         cache_dir: config.cache_dir.clone(),
+        // Checking runs start code only: it must not touch (or lock) the server's data.
+        store: ankh::kv::Store::memory(),
     })
     .context("cannot set up the wasm runtime")?;
     let mut text = String::new();

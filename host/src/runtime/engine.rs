@@ -15,7 +15,6 @@ use wasmtime::{
 };
 
 use super::bindings;
-use super::kv::KvStore;
 use super::state::HostState;
 use crate::limits::{EPOCH_TICK, GUEST_STACK_BYTES, INSTANCES_PER_WORKER};
 
@@ -41,13 +40,14 @@ pub struct RuntimeConfig {
     /// Where compiled plugins are cached, keyed by content and engine settings; `None` turns
     /// the cache off.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// The key-value store every plugin's namespace lives in.
+    pub store: crate::kv::Store,
 }
 
 /// The compilation and linking context shared by every plugin.
 pub struct Runtime {
     pub engine: Engine,
     pub linker: Linker<HostState>,
-    pub kv: KvStore,
     pub config: RuntimeConfig,
     /// True when the pooling allocator is in use.
     pub pooling: bool,
@@ -108,11 +108,12 @@ impl Runtime {
         super::waits::add_clocks_to_linker(&mut linker)?;
         super::waits::add_to_linker(&mut linker)?;
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+        super::legacy::add_to_linker(&mut linker)?;
+        super::kv_host::add_to_linker(&mut linker)?;
         let ticker = EpochTicker::start(engine.clone(), EPOCH_TICK);
         Ok(Arc::new(Runtime {
             engine,
             linker,
-            kv: KvStore::default(),
             config,
             pooling,
             cache,

@@ -28,11 +28,9 @@ pub struct GuestLimits {
     pub epoch_tick: Duration,
     /// Wall-clock time per call (and per instantiation), waits included.
     pub handler_timeout: Duration,
-    /// Key-value: bytes of keys plus values, one key, one value, keys.
-    pub kv_max_bytes: usize,
-    pub kv_max_key_bytes: usize,
-    pub kv_max_value_bytes: usize,
-    pub kv_max_keys: usize,
+    /// Key-value: the namespace's quota (bytes of keys plus values, keys), one key, one
+    /// value, one batch, one page.
+    pub kv: crate::kv::Bounds,
     /// WebSocket: one message a plugin sends, a topic name, topics per connection.
     pub ws_max_message_bytes: usize,
     pub ws_max_topic_bytes: usize,
@@ -54,10 +52,7 @@ impl GuestLimits {
             cpu_deadline: policy.cpu_deadline,
             epoch_tick: limits::EPOCH_TICK,
             handler_timeout: policy.handler_timeout,
-            kv_max_bytes: policy.kv_max_bytes,
-            kv_max_key_bytes: limits::KV_MAX_KEY_BYTES,
-            kv_max_value_bytes: limits::KV_MAX_VALUE_BYTES,
-            kv_max_keys: limits::KV_MAX_KEYS,
+            kv: crate::kv::Bounds::with_quota(policy.kv_max_bytes),
             ws_max_message_bytes,
             ws_max_topic_bytes: limits::WS_MAX_TOPIC_BYTES,
             ws_max_topics_per_connection: limits::WS_MAX_TOPICS_PER_CONNECTION,

@@ -9,20 +9,21 @@ use std::sync::atomic::Ordering;
 
 use wasmtime::Store;
 
-use super::bindings::{self, types};
+use super::bindings::types;
 use super::call::CallContext;
 use super::failure::classify;
 pub use super::failure::{Failure, InvokeError};
 use super::plugin::Plugin;
 use super::state::{HostState, WsLink};
 use super::watch::Cancel;
+use super::world::Exports;
 use crate::message::{WsEvent, WsId, WsMessage};
 
 /// One instance of one plugin version.
 pub struct Instance {
     pub plugin: Arc<Plugin>,
     store: Store<HostState>,
-    bindings: bindings::Plugin,
+    bindings: Exports,
     /// Calls served, for recycling decisions and logs.
     pub calls: u64,
     /// Linear memory right after instantiation.
@@ -67,10 +68,7 @@ impl Instance {
         let data = self.store.data_mut();
         data.tags.request.store(call.request_id, Ordering::Relaxed);
         data.call = Some(call);
-        let result = self
-            .bindings
-            .ankh_plugin_handler()
-            .call_handle_request(&mut self.store, request);
+        let result = self.bindings.handle_request(&mut self.store, request);
         let data = self.store.data_mut();
         data.tags.request.store(0, Ordering::Relaxed);
         let call = data
@@ -83,31 +81,26 @@ impl Instance {
     /// Delivers the open event of WebSocket `ws`, with the request that asked for it.
     pub fn on_open(&mut self, ws: WsId, request: &types::Request) -> Result<(), Failure> {
         self.arm(None);
-        let result = self.bindings.ankh_plugin_websocket_handler().call_on_open(
-            &mut self.store,
-            ws,
-            request,
-        );
+        let result = self.bindings.on_open(&mut self.store, ws, request);
         result.map_err(|e| self.classify(e))
     }
 
     /// Delivers a message or the close of WebSocket `ws`.
     pub fn on_event(&mut self, ws: WsId, event: WsEvent) -> Result<(), Failure> {
         self.arm(None);
-        let handler = self.bindings.ankh_plugin_websocket_handler();
         let result = match event {
             WsEvent::Message(message) => {
                 let message = match message {
                     WsMessage::Text(text) => types::Message::Text(text),
                     WsMessage::Binary(bytes) => types::Message::Binary(bytes),
                 };
-                handler.call_on_message(&mut self.store, ws, &message)
+                self.bindings.on_message(&mut self.store, ws, &message)
             }
             WsEvent::Close {
                 code,
                 reason,
                 clean,
-            } => handler.call_on_close(
+            } => self.bindings.on_close(
                 &mut self.store,
                 ws,
                 &types::CloseInfo {

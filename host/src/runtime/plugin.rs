@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use wasmtime::Store;
 use wasmtime::component::Component;
 
-use super::bindings::PluginPre;
 use super::engine::Runtime;
-use super::kv::Namespace;
 use super::policy::Policy;
 use super::state::{HostState, WsLink};
+use super::world::{Exports, Pre};
+use crate::kv::Namespace;
 use crate::limits::Limits;
 
 /// A loaded plugin. Immutable: a new version of the file is a new `Plugin`.
@@ -21,8 +21,8 @@ pub struct Plugin {
     /// The file stem: `hello` for `hello.wasm`.
     pub name: Arc<str>,
     pub path: PathBuf,
-    pub(crate) pre: PluginPre<HostState>,
-    pub(crate) kv: Arc<Namespace>,
+    pub(crate) pre: Pre,
+    pub(crate) kv: Namespace,
     /// What this plugin may do and use.
     pub policy: Policy,
     /// Every bound its instances and calls run under, from the policy.
@@ -71,7 +71,7 @@ pub enum LoadError {
     CoreModule { path: PathBuf },
     #[error("{path} does not compile: {reason}")]
     Compile { path: PathBuf, reason: String },
-    #[error("{path} does not match the ankh:plugin@0.1.0 world: {reason}")]
+    #[error("{path} does not match the ankh:plugin@0.2.0 world (nor 0.1.0's): {reason}")]
     World { path: PathBuf, reason: String },
     #[error("{path} fails to instantiate: {reason}")]
     Instantiate { path: PathBuf, reason: String },
@@ -152,18 +152,19 @@ impl Plugin {
             .linker
             .instantiate_pre(&component)
             .map_err(world_error)?;
-        let pre = PluginPre::new(instance_pre).map_err(world_error)?;
+        let pre = Pre::new(instance_pre).map_err(world_error)?;
         let name: Arc<str> = Arc::from(name);
+        let limits = Arc::new(super::guest_limits::GuestLimits::for_plugin(
+            &policy,
+            runtime.config.ws_max_message_bytes,
+        ));
         Ok(Plugin {
-            kv: runtime.kv.namespace(&name),
+            kv: runtime.config.store.namespace(&name, limits.kv),
             metrics: runtime.metrics.plugin(&name),
             name,
             path: path.to_owned(),
             pre,
-            limits: Arc::new(super::guest_limits::GuestLimits::for_plugin(
-                &policy,
-                runtime.config.ws_max_message_bytes,
-            )),
+            limits,
             policy,
             in_flight: Arc::default(),
             load_time: started.elapsed(),
@@ -221,7 +222,7 @@ impl Plugin {
     pub(crate) fn new_store_and_instantiate(
         &self,
         ws: Option<WsLink>,
-    ) -> Result<(Store<HostState>, super::bindings::Plugin), super::failure::Failure> {
+    ) -> Result<(Store<HostState>, Exports), super::failure::Failure> {
         let mut store = self.new_store(ws);
         store.set_epoch_deadline(1);
         store.data_mut().budget.reset();

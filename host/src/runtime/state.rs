@@ -16,15 +16,15 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::ankh::plugin::{http, kv, log, types, websocket};
-use super::bindings::types::{ConnectionId, KvError, LogLevel, Message, RespondError, WsError};
+use super::bindings::ankh::plugin::{http, log, types, websocket};
+use super::bindings::types::{ConnectionId, LogLevel, Message, RespondError, WsError};
 use super::call::CallContext;
 use super::guest_limits::GuestLimits;
-use super::kv::Namespace;
 use super::policy::Policy;
 use super::stdio::{GuestOutput, LogTags};
 use super::watch::Watch;
 use crate::hub::{Hub, SubscribeError};
+use crate::kv::Namespace;
 use crate::message::Outbound;
 use crate::message::WsId;
 
@@ -56,7 +56,8 @@ pub struct HostState {
     pub(crate) budget: CpuBudget,
     /// The wall-clock bound (and cancellation) of the call in progress.
     pub(crate) watch: Watch,
-    kv: Arc<Namespace>,
+    /// This plugin's key-value namespace (see [`super::kv_host`]).
+    pub(super) kv: Namespace,
     /// Every bound of this plugin's instances and calls.
     pub(crate) limits: Arc<GuestLimits>,
     pub(crate) tags: Arc<LogTags>,
@@ -71,7 +72,7 @@ impl HostState {
     /// `limits`.
     pub fn new(
         plugin: Arc<str>,
-        kv: Arc<Namespace>,
+        kv: Namespace,
         policy: &Policy,
         limits: Arc<GuestLimits>,
         metrics: Arc<crate::metrics::PluginMetrics>,
@@ -312,28 +313,6 @@ impl log::Host for HostState {
                 tracing::error!(target: "ankh::plugin", plugin, %request, %fields, "{message}")
             }
         }
-    }
-}
-
-impl kv::Host for HostState {
-    fn get(&mut self, key: String) -> Option<Vec<u8>> {
-        self.kv.get(&key)
-    }
-
-    fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), KvError> {
-        self.kv.set(key, value, &self.limits)
-    }
-
-    fn delete(&mut self, key: String) -> bool {
-        self.kv.delete(&key)
-    }
-
-    fn list_keys(&mut self, prefix: String) -> Vec<String> {
-        self.kv.list_keys(&prefix)
-    }
-
-    fn increment(&mut self, key: String, delta: i64) -> Result<i64, KvError> {
-        self.kv.increment(key, delta, &self.limits)
     }
 }
 

@@ -17,6 +17,9 @@ const PAGE: &str = include_str!("chat.html");
 const MAX_NAME_CHARS: usize = 32;
 const MAX_TEXT_CHARS: usize = 2000;
 
+/// How long a membership record outlives a server that never closed its connection.
+const MEMBERSHIP_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 fn topic(room: &str) -> String {
     format!("room:{room}")
 }
@@ -27,7 +30,7 @@ fn key(conn: ws::ConnectionId) -> String {
 
 /// Room and name of a connection, as stored at open.
 fn member(conn: ws::ConnectionId) -> Option<(String, String)> {
-    let stored = kv::get_string(&key(conn))?;
+    let stored = kv::get_string(&key(conn)).ok()??;
     let (room, name) = stored.split_once('\n')?;
     Some((room.to_owned(), name.to_owned()))
 }
@@ -52,7 +55,9 @@ impl WebSocketHandler for Chat {
             .chars()
             .take(MAX_NAME_CHARS)
             .collect();
-        if kv::set(&key(conn), format!("{room}\n{name}")).is_err()
+        // Membership lives as long as the connection; the time-to-live cleans up after a
+        // server that stopped without closing its connections.
+        if kv::set_with_ttl(&key(conn), format!("{room}\n{name}"), MEMBERSHIP_TTL).is_err()
             || ws::subscribe(conn, &topic(&room)).is_err()
         {
             let _ = ws::close(conn, 1011, "cannot join");
@@ -78,7 +83,7 @@ impl WebSocketHandler for Chat {
 
     fn on_close(&mut self, conn: ws::ConnectionId, _info: ws::CloseInfo) {
         if let Some((room, name)) = member(conn) {
-            kv::delete(&key(conn));
+            let _ = kv::delete(&key(conn));
             publish(&room, json!({"type": "leave", "name": name}));
         }
     }

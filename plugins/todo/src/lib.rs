@@ -2,7 +2,7 @@
 //!
 //! A JSON REST API over the key-value store. Every worker runs its own instance of this plugin
 //! and instances share no memory, so the items live in `kv`, where all of them see the same
-//! data; ids come from an atomic `kv::increment`.
+//! data; ids come from an atomic `kv::increment`. The store is durable: items survive a restart.
 //!
 //! - `GET    /todo/items`       → `200` array of items, by id
 //! - `POST   /todo/items`       → `201` the new item; body `{"title": string, "done"?: bool}`
@@ -11,7 +11,8 @@
 //!   (fields present replace the stored ones), `404` unknown id
 //! - `DELETE /todo/items/{id}`  → `204`, or `404`
 //!
-//! Errors are JSON too: `{"error": "..."}` with `400` for a body that is not the expected JSON.
+//! Errors are JSON too: `{"error": "..."}` with `400` for a body that is not the expected JSON,
+//! and the store's own status for a store failure (`503` when it is unavailable, `507` full).
 
 use ankh_guest::kv::KvError;
 use ankh_guest::prelude::*;
@@ -60,13 +61,9 @@ fn not_found(req: &Request) -> Response {
     error(404, format!("no item with id {id:?}"))
 }
 
-/// A store failure: too large → 413, store full → 507, anything else → 500.
+/// A store failure, as JSON, with the status the SDK gives it (413, 507, 503...).
 fn store_error(err: KvError) -> Response {
-    let status = match err {
-        KvError::TooLarge => 413,
-        KvError::Full => 507,
-        _ => 500,
-    };
+    let status = Response::from(err.clone()).status_code();
     error(status, format!("storage failed: {err}"))
 }
 
@@ -76,24 +73,35 @@ fn load(req: &Request) -> Result<Item, Response> {
         .param("id")
         .and_then(|id| id.parse().ok())
         .ok_or_else(|| not_found(req))?;
-    kv::get(&item_key(id))
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+    kv::get_json(&item_key(id))
+        .map_err(store_error)?
         .ok_or_else(|| not_found(req))
 }
 
 fn store(item: &Item) -> Result<(), Response> {
-    let bytes = serde_json::to_vec(item).map_err(|err| error(500, err.to_string()))?;
-    kv::set(&item_key(item.id), bytes).map_err(store_error)
+    kv::set_json(&item_key(item.id), item).map_err(store_error)
 }
 
-fn list(_req: &Request) -> Response {
-    let items: Vec<Item> = kv::list_keys(ITEM_PREFIX)
-        .iter()
-        // A key deleted since `list_keys` simply drops out.
-        .filter_map(|key| kv::get(key))
-        .filter_map(|bytes| serde_json::from_slice(&bytes).ok())
-        .collect();
-    Response::json(&items)
+/// Every item, a page of keys and one batch read at a time.
+fn list(_req: &Request) -> Reply {
+    let mut items: Vec<Item> = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = kv::list_page(ITEM_PREFIX, cursor.as_deref(), 1000).map_err(store_error)?;
+        let keys: Vec<&str> = page.keys.iter().map(String::as_str).collect();
+        let values = kv::get_many(&keys).map_err(store_error)?;
+        // A key deleted since it was listed simply drops out.
+        items.extend(
+            values
+                .iter()
+                .flatten()
+                .filter_map(|bytes| serde_json::from_slice(bytes).ok()),
+        );
+        match page.cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(Response::json(&items)),
+        }
+    }
 }
 
 fn create(req: &Request) -> Reply {
@@ -128,7 +136,7 @@ fn update(req: &Request) -> Reply {
 
 fn remove(req: &Request) -> Reply {
     let item = load(req)?;
-    if kv::delete(&item_key(item.id)) {
+    if kv::delete(&item_key(item.id)).map_err(store_error)? {
         Ok(Response::status(204))
     } else {
         Err(not_found(req))

@@ -157,6 +157,8 @@ fn kv_increment(req: &Request) -> Result<String, Response> {
                 KvError::TooLarge => 413,
                 KvError::Full => 507,
                 KvError::NotANumber | KvError::Overflow => 409,
+                KvError::Invalid(_) => 400,
+                KvError::Unavailable(_) => 503,
             };
             Response::text(format!("kv error: {err:?}")).with_status(status)
         })

@@ -19,7 +19,7 @@ use ankh_guest::prelude::*;
 
 fn append(conn: ws::ConnectionId, entry: &str) {
     let key = format!("log/{conn}");
-    let mut log = kv::get_string(&key).unwrap_or_default();
+    let mut log = kv::get_string(&key).ok().flatten().unwrap_or_default();
     log.push_str(entry);
     log.push(';');
     let _ = kv::set(&key, log);
@@ -126,7 +126,12 @@ fn router() -> Router {
     Router::new()
         .get("/log", |req: &Request| {
             let conn = req.query_param("conn").unwrap_or_default();
-            Response::text(kv::get_string(&format!("log/{conn}")).unwrap_or_default())
+            Response::text(
+                kv::get_string(&format!("log/{conn}"))
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default(),
+            )
         })
         .get("/proto", |_req: &Request| Outcome::Upgrade {
             protocol: Some("superchat".to_owned()),

@@ -1,0 +1,481 @@
+//! The key-value store behind the `kv` and `wasi:keyvalue` imports: one namespace per plugin
+//! name, shared by every worker and instance of that plugin, and kept when the plugin is
+//! unmounted (a later plugin of the same name sees it again).
+//!
+//! - [`Backend`]: where namespaces live. [`file`](mod@file) is the default: a crash-safe redb database in
+//!   the data directory, written by one thread that commits concurrent writes together
+//!   (group commit: one transaction and one fsync for all of them). [`memory`] keeps
+//!   everything in memory, for tests and throwaway runs. A later backend (Redis) implements
+//!   the same trait.
+//! - [`rules`]: what each write does (quotas, expiry, compare-and-swap, increment), written once
+//!   over a small transaction trait that both backends implement.
+//! - [`Namespace`]: one plugin's handle, which checks sizes and batch bounds before a call
+//!   reaches the backend.
+//!
+//! Every namespace is bounded: the size of a key, of a value, of a batch, the keys it holds and
+//! the bytes (keys plus values) it holds (the plugin's `kv_max_bytes`). The memory or disk a
+//! plugin can fill through this store is its quota, not the machine.
+
+pub mod file;
+pub mod memory;
+pub mod rules;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::limits;
+
+/// Milliseconds since the Unix epoch: expiry uses the wall clock, so a time-to-live survives
+/// a restart.
+pub type Millis = u64;
+
+/// The wall clock now, in [`Millis`].
+pub fn now() -> Millis {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Why a key-value call failed. Nothing was changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KvError {
+    #[error("a key, a value or a batch is over the size limit")]
+    TooLarge,
+    #[error("the namespace is full")]
+    Full,
+    #[error("the value is not a decimal 64-bit integer")]
+    NotANumber,
+    #[error("the result would overflow a 64-bit integer")]
+    Overflow,
+    #[error("{0}")]
+    Invalid(String),
+    #[error("the store is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The bounds of one namespace and of each call on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Bytes of keys plus values the namespace may hold.
+    pub max_bytes: u64,
+    /// Keys the namespace may hold.
+    pub max_keys: u64,
+    pub key_bytes: usize,
+    pub value_bytes: usize,
+    /// Keys, and bytes of keys plus values, in one batch call.
+    pub batch_keys: usize,
+    pub batch_bytes: usize,
+    /// Keys in one page of a listing.
+    pub page_keys: usize,
+}
+
+impl Bounds {
+    /// The default bounds with a byte quota of `max_bytes`.
+    pub fn with_quota(max_bytes: usize) -> Bounds {
+        Bounds {
+            max_bytes: max_bytes as u64,
+            max_keys: limits::KV_MAX_KEYS as u64,
+            key_bytes: limits::KV_MAX_KEY_BYTES,
+            value_bytes: limits::KV_MAX_VALUE_BYTES,
+            batch_keys: limits::KV_MAX_BATCH_KEYS,
+            batch_bytes: limits::KV_MAX_BATCH_BYTES,
+            page_keys: limits::KV_MAX_PAGE_KEYS,
+        }
+    }
+}
+
+/// What a namespace holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub keys: u64,
+    /// Bytes of keys plus values, expired entries included until they are reclaimed.
+    pub bytes: u64,
+}
+
+/// One atomic write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// Store every entry (the last of a key given twice wins), expiring at `expires`.
+    Set {
+        entries: Vec<(String, Vec<u8>)>,
+        expires: Option<Millis>,
+    },
+    /// Remove every key.
+    Delete { keys: Vec<String> },
+    /// Store `value` if the live value equals `expected` (`None`: absent).
+    Swap {
+        key: String,
+        expected: Option<Vec<u8>>,
+        value: Vec<u8>,
+        expires: Option<Millis>,
+    },
+    /// Add `delta` to a decimal integer (absent is 0), keeping the key's expiry.
+    Increment { key: String, delta: i64 },
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    Stored,
+    /// How many of the keys held a value.
+    Deleted(u32),
+    /// Whether the compare-and-swap stored.
+    Swapped(bool),
+    /// The new value of an increment.
+    Number(i64),
+}
+
+/// Where namespaces live. Every method is atomic; a write that returned `Ok` is as durable as
+/// the backend promises (on disk, for [`file`](mod@file)).
+pub trait Backend: Send + Sync + std::fmt::Debug {
+    /// The live values at `keys`, in order, read at one instant.
+    fn get_many(
+        &self,
+        ns: &str,
+        keys: &[String],
+        now: Millis,
+    ) -> Result<Vec<Option<Vec<u8>>>, KvError>;
+    /// Whether `key` holds a live value.
+    fn exists(&self, ns: &str, key: &str, now: Millis) -> Result<bool, KvError>;
+    /// Up to `limit` live keys starting with `prefix`, after `after` if given, in order.
+    fn list(
+        &self,
+        ns: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+        now: Millis,
+    ) -> Result<Vec<String>, KvError>;
+    /// Applies `write` to `ns` within `bounds`, atomically.
+    fn write(
+        &self,
+        ns: &str,
+        write: Write,
+        bounds: &Bounds,
+        now: Millis,
+    ) -> Result<Written, KvError>;
+    /// What `ns` holds.
+    fn usage(&self, ns: &str) -> Result<Usage, KvError>;
+    /// Removes up to `max` entries that expired by `now`; returns how many.
+    fn sweep(&self, now: Millis, max: usize) -> Result<usize, KvError>;
+}
+
+/// Which backend, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreConfig {
+    Memory,
+    /// The database file `kv.redb` in this directory.
+    File(std::path::PathBuf),
+}
+
+/// The store: a backend, and the thread that reclaims expired keys.
+#[derive(Debug, Clone)]
+pub struct Store {
+    backend: Arc<dyn Backend>,
+    _sweeper: Arc<Sweeper>,
+}
+
+impl Store {
+    /// Opens the store `config` names. A file store that cannot be opened (its directory
+    /// cannot be created, another process holds it, it is corrupt) is an error, never an
+    /// empty store.
+    pub fn open(config: &StoreConfig) -> Result<Store, file::OpenError> {
+        let backend: Arc<dyn Backend> = match config {
+            StoreConfig::Memory => Arc::new(memory::Memory::default()),
+            StoreConfig::File(dir) => Arc::new(file::File::open(dir)?),
+        };
+        Ok(Store::with_backend(backend))
+    }
+
+    /// An in-memory store.
+    pub fn memory() -> Store {
+        Store::with_backend(Arc::new(memory::Memory::default()))
+    }
+
+    fn with_backend(backend: Arc<dyn Backend>) -> Store {
+        let sweeper = Sweeper::start(Arc::downgrade(&backend), limits::KV_SWEEP_INTERVAL);
+        Store {
+            backend,
+            _sweeper: Arc::new(sweeper),
+        }
+    }
+
+    /// The namespace of plugin `name`, within `bounds`.
+    pub fn namespace(&self, name: &str, bounds: Bounds) -> Namespace {
+        Namespace {
+            name: Arc::from(name),
+            backend: self.backend.clone(),
+            bounds,
+        }
+    }
+
+    /// Reclaims what expired by `now` at once, rather than on the sweeper's next pass.
+    pub fn sweep(&self, now: Millis) -> Result<usize, KvError> {
+        self.backend.sweep(now, usize::MAX)
+    }
+}
+
+/// The thread that reclaims expired keys, every [`limits::KV_SWEEP_INTERVAL`]. It holds the
+/// backend weakly and stops when the store is dropped.
+#[derive(Debug)]
+struct Sweeper {
+    stop: crossbeam_channel::Sender<()>,
+}
+
+impl Sweeper {
+    fn start(backend: std::sync::Weak<dyn Backend>, every: Duration) -> Sweeper {
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let spawned = std::thread::Builder::new()
+            .name("ankh-kv-sweep".into())
+            .spawn(move || {
+                while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(every)
+                {
+                    let Some(backend) = backend.upgrade() else {
+                        return;
+                    };
+                    if let Err(e) = backend.sweep(now(), limits::KV_SWEEP_BATCH) {
+                        warn_limited!("reclaiming expired keys failed: {e}");
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the key-value sweeper, expired keys stay on disk: {e}");
+        }
+        Sweeper { stop }
+    }
+}
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        // Wakes the thread; its receive then fails, and it ends.
+        let _ = self.stop.try_send(());
+    }
+}
+
+/// One plugin's namespace: size and batch checks, then the backend.
+#[derive(Debug, Clone)]
+pub struct Namespace {
+    name: Arc<str>,
+    backend: Arc<dyn Backend>,
+    bounds: Bounds,
+}
+
+/// A time-to-live in milliseconds, as an absolute expiry.
+fn expiry(ttl_ms: Option<u64>, now: Millis) -> Result<Option<Millis>, KvError> {
+    match ttl_ms {
+        None => Ok(None),
+        Some(0) => Err(KvError::Invalid(
+            "a time-to-live must be at least 1 ms".into(),
+        )),
+        Some(ms) => Ok(Some(now.saturating_add(ms))),
+    }
+}
+
+impl Namespace {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn bounds(&self) -> &Bounds {
+        &self.bounds
+    }
+
+    fn check_key(&self, key: &str) -> Result<(), KvError> {
+        if key.len() > self.bounds.key_bytes {
+            return Err(KvError::TooLarge);
+        }
+        Ok(())
+    }
+
+    fn check_value(&self, value: &[u8]) -> Result<(), KvError> {
+        if value.len() > self.bounds.value_bytes {
+            return Err(KvError::TooLarge);
+        }
+        Ok(())
+    }
+
+    fn check_batch<'a>(
+        &self,
+        keys: impl ExactSizeIterator<Item = (&'a str, usize)>,
+    ) -> Result<(), KvError> {
+        if keys.len() > self.bounds.batch_keys {
+            return Err(KvError::TooLarge);
+        }
+        let mut bytes = 0usize;
+        for (key, value_len) in keys {
+            self.check_key(key)?;
+            if value_len > self.bounds.value_bytes {
+                return Err(KvError::TooLarge);
+            }
+            bytes = bytes.saturating_add(key.len() + value_len);
+        }
+        if bytes > self.bounds.batch_bytes {
+            return Err(KvError::TooLarge);
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        self.check_key(key)?;
+        let mut values = self
+            .backend
+            .get_many(&self.name, &[key.to_owned()], now())?;
+        Ok(values.pop().flatten())
+    }
+
+    /// The values at `keys`; their total size is bounded like a batch write's.
+    pub fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+        self.check_batch(keys.iter().map(|k| (k.as_str(), 0)))?;
+        let values = self.backend.get_many(&self.name, keys, now())?;
+        let bytes: usize = values.iter().flatten().map(Vec::len).sum();
+        if bytes > self.bounds.batch_bytes {
+            return Err(KvError::TooLarge);
+        }
+        Ok(values)
+    }
+
+    pub fn exists(&self, key: &str) -> Result<bool, KvError> {
+        self.check_key(key)?;
+        self.backend.exists(&self.name, key, now())
+    }
+
+    pub fn set(&self, key: String, value: Vec<u8>, ttl_ms: Option<u64>) -> Result<(), KvError> {
+        self.check_key(&key)?;
+        self.check_value(&value)?;
+        let now = now();
+        let expires = expiry(ttl_ms, now)?;
+        let write = Write::Set {
+            entries: vec![(key, value)],
+            expires,
+        };
+        self.backend
+            .write(&self.name, write, &self.bounds, now)
+            .map(drop)
+    }
+
+    pub fn set_many(
+        &self,
+        entries: Vec<(String, Vec<u8>)>,
+        ttl_ms: Option<u64>,
+    ) -> Result<(), KvError> {
+        self.check_batch(entries.iter().map(|(k, v)| (k.as_str(), v.len())))?;
+        let now = now();
+        let expires = expiry(ttl_ms, now)?;
+        let write = Write::Set { entries, expires };
+        self.backend
+            .write(&self.name, write, &self.bounds, now)
+            .map(drop)
+    }
+
+    pub fn delete(&self, key: String) -> Result<bool, KvError> {
+        self.delete_many(vec![key]).map(|n| n > 0)
+    }
+
+    pub fn delete_many(&self, keys: Vec<String>) -> Result<u32, KvError> {
+        self.check_batch(keys.iter().map(|k| (k.as_str(), 0)))?;
+        match self
+            .backend
+            .write(&self.name, Write::Delete { keys }, &self.bounds, now())?
+        {
+            Written::Deleted(n) => Ok(n),
+            other => unreachable_written(other),
+        }
+    }
+
+    pub fn compare_and_swap(
+        &self,
+        key: String,
+        expected: Option<Vec<u8>>,
+        value: Vec<u8>,
+        ttl_ms: Option<u64>,
+    ) -> Result<bool, KvError> {
+        self.check_key(&key)?;
+        self.check_value(&value)?;
+        let now = now();
+        let expires = expiry(ttl_ms, now)?;
+        let write = Write::Swap {
+            key,
+            expected,
+            value,
+            expires,
+        };
+        match self.backend.write(&self.name, write, &self.bounds, now)? {
+            Written::Swapped(stored) => Ok(stored),
+            other => unreachable_written(other),
+        }
+    }
+
+    pub fn increment(&self, key: String, delta: i64) -> Result<i64, KvError> {
+        self.check_key(&key)?;
+        match self.backend.write(
+            &self.name,
+            Write::Increment { key, delta },
+            &self.bounds,
+            now(),
+        )? {
+            Written::Number(n) => Ok(n),
+            other => unreachable_written(other),
+        }
+    }
+
+    /// One page of keys starting with `prefix`, after `cursor`; the page's last key is the
+    /// cursor of the next one when more may follow.
+    pub fn list_page(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<String>, Option<String>), KvError> {
+        self.check_key(prefix)?;
+        if let Some(cursor) = cursor {
+            self.check_key(cursor)?;
+            if !cursor.starts_with(prefix) {
+                return Err(KvError::Invalid(
+                    "the cursor does not belong to this prefix".into(),
+                ));
+            }
+        }
+        if limit == 0 {
+            return Err(KvError::Invalid("a page limit must be at least 1".into()));
+        }
+        let limit = limit.min(self.bounds.page_keys);
+        // One more than asked, to know whether a next page exists.
+        let mut keys = self
+            .backend
+            .list(&self.name, prefix, cursor, limit + 1, now())?;
+        let more = keys.len() > limit;
+        keys.truncate(limit);
+        let next = if more { keys.last().cloned() } else { None };
+        Ok((keys, next))
+    }
+
+    /// Every key starting with `prefix` (0.1.0's unpaged listing; at most the namespace's
+    /// key limit).
+    pub fn list_all(&self, prefix: &str) -> Result<Vec<String>, KvError> {
+        let mut all = Vec::new();
+        let mut cursor = None;
+        loop {
+            let (keys, next) = self.list_page(prefix, cursor.as_deref(), self.bounds.page_keys)?;
+            all.extend(keys);
+            match next {
+                Some(next) => cursor = Some(next),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    pub fn usage(&self) -> Result<Usage, KvError> {
+        self.backend.usage(&self.name)
+    }
+}
+
+/// A backend answered a write with the result of another kind of write: a bug in the backend.
+fn unreachable_written<T>(other: Written) -> Result<T, KvError> {
+    Err(KvError::Unavailable(format!(
+        "the store answered with {other:?}"
+    )))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,256 @@
+//! The host side of the key-value imports: `ankh:plugin/kv@0.2.0` and the standard
+//! `wasi:keyvalue` (`store`, `atomics`, `batch`), both over the plugin's own namespace. A
+//! plugin reaches no other namespace: `wasi:keyvalue`'s `open` knows one store, the plugin's
+//! (`""` or `"default"`).
+
+use std::collections::VecDeque;
+
+use wasmtime::component::{HasSelf, Linker, Resource};
+
+use super::bindings::ankh::plugin::kv;
+use super::bindings::keyvalue::wasi::keyvalue::{atomics, batch, store};
+use super::state::HostState;
+use crate::kv::KvError;
+use crate::limits::KV_WASI_CURSORS;
+
+impl From<KvError> for kv::Error {
+    fn from(e: KvError) -> Self {
+        match e {
+            KvError::TooLarge => kv::Error::TooLarge,
+            KvError::Full => kv::Error::Full,
+            KvError::NotANumber => kv::Error::NotANumber,
+            KvError::Overflow => kv::Error::Overflow,
+            KvError::Invalid(why) => kv::Error::Invalid(why),
+            KvError::Unavailable(why) => kv::Error::Unavailable(why),
+        }
+    }
+}
+
+impl kv::Host for HostState {
+    fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, kv::Error> {
+        Ok(self.kv.get(&key)?)
+    }
+
+    fn get_many(&mut self, keys: Vec<String>) -> Result<Vec<Option<Vec<u8>>>, kv::Error> {
+        Ok(self.kv.get_many(&keys)?)
+    }
+
+    fn exists(&mut self, key: String) -> Result<bool, kv::Error> {
+        Ok(self.kv.exists(&key)?)
+    }
+
+    fn set(&mut self, key: String, value: Vec<u8>, ttl_ms: Option<u64>) -> Result<(), kv::Error> {
+        Ok(self.kv.set(key, value, ttl_ms)?)
+    }
+
+    fn set_many(
+        &mut self,
+        entries: Vec<(String, Vec<u8>)>,
+        ttl_ms: Option<u64>,
+    ) -> Result<(), kv::Error> {
+        Ok(self.kv.set_many(entries, ttl_ms)?)
+    }
+
+    fn delete(&mut self, key: String) -> Result<bool, kv::Error> {
+        Ok(self.kv.delete(key)?)
+    }
+
+    fn delete_many(&mut self, keys: Vec<String>) -> Result<u32, kv::Error> {
+        Ok(self.kv.delete_many(keys)?)
+    }
+
+    fn compare_and_swap(
+        &mut self,
+        key: String,
+        expected: Option<Vec<u8>>,
+        value: Vec<u8>,
+        ttl_ms: Option<u64>,
+    ) -> Result<bool, kv::Error> {
+        Ok(self.kv.compare_and_swap(key, expected, value, ttl_ms)?)
+    }
+
+    fn increment(&mut self, key: String, delta: i64) -> Result<i64, kv::Error> {
+        Ok(self.kv.increment(key, delta)?)
+    }
+
+    fn list_keys(
+        &mut self,
+        prefix: String,
+        cursor: Option<String>,
+        limit: u32,
+    ) -> Result<kv::KeyPage, kv::Error> {
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let (keys, cursor) = self.kv.list_page(&prefix, cursor.as_deref(), limit)?;
+        Ok(kv::KeyPage { keys, cursor })
+    }
+}
+
+/// An open `wasi:keyvalue` bucket: the plugin's namespace. Its `list-keys` cursors are
+/// numbers, so the bucket remembers the key each one stands for (the newest
+/// [`KV_WASI_CURSORS`]; an older cursor is refused).
+#[derive(Debug, Default)]
+pub struct Bucket {
+    cursors: VecDeque<(u64, String)>,
+    next_cursor: u64,
+}
+
+impl Bucket {
+    fn remember(&mut self, key: String) -> u64 {
+        self.next_cursor += 1;
+        if self.cursors.len() == KV_WASI_CURSORS {
+            self.cursors.pop_front();
+        }
+        self.cursors.push_back((self.next_cursor, key));
+        self.next_cursor
+    }
+
+    fn recall(&self, cursor: u64) -> Option<&str> {
+        self.cursors
+            .iter()
+            .find(|(n, _)| *n == cursor)
+            .map(|(_, key)| key.as_str())
+    }
+}
+
+impl From<KvError> for store::Error {
+    fn from(e: KvError) -> Self {
+        match e {
+            KvError::Unavailable(why) => store::Error::Other(format!("unavailable: {why}")),
+            other => store::Error::Other(other.to_string()),
+        }
+    }
+}
+
+/// Links `wasi:keyvalue/{store,atomics,batch}`.
+pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    store::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    atomics::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    batch::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    Ok(())
+}
+
+/// Converts the resource-table failure of a bucket lookup.
+fn table_error(e: wasmtime::component::ResourceTableError) -> store::Error {
+    store::Error::Other(e.to_string())
+}
+
+impl store::Host for HostState {
+    fn open(&mut self, identifier: String) -> Result<Resource<Bucket>, store::Error> {
+        if !matches!(identifier.as_str(), "" | "default") {
+            return Err(store::Error::NoSuchStore);
+        }
+        self.table().push(Bucket::default()).map_err(table_error)
+    }
+}
+
+impl store::HostBucket for HostState {
+    fn get(
+        &mut self,
+        _bucket: Resource<Bucket>,
+        key: String,
+    ) -> Result<Option<Vec<u8>>, store::Error> {
+        Ok(self.kv.get(&key)?)
+    }
+
+    fn set(
+        &mut self,
+        _bucket: Resource<Bucket>,
+        key: String,
+        value: Vec<u8>,
+    ) -> Result<(), store::Error> {
+        Ok(self.kv.set(key, value, None)?)
+    }
+
+    fn delete(&mut self, _bucket: Resource<Bucket>, key: String) -> Result<(), store::Error> {
+        self.kv.delete(key)?;
+        Ok(())
+    }
+
+    fn exists(&mut self, _bucket: Resource<Bucket>, key: String) -> Result<bool, store::Error> {
+        Ok(self.kv.exists(&key)?)
+    }
+
+    fn list_keys(
+        &mut self,
+        bucket: Resource<Bucket>,
+        cursor: Option<u64>,
+    ) -> Result<store::KeyResponse, store::Error> {
+        let after = match cursor {
+            None => None,
+            Some(n) => {
+                let b = self.table().get(&bucket).map_err(table_error)?;
+                Some(
+                    b.recall(n)
+                        .ok_or_else(|| {
+                            store::Error::Other(format!("cursor {n} is unknown or too old"))
+                        })?
+                        .to_owned(),
+                )
+            }
+        };
+        let page = self.kv.bounds().page_keys;
+        let (keys, next) = self.kv.list_page("", after.as_deref(), page)?;
+        let cursor = match next {
+            Some(key) => {
+                let b = self.table().get_mut(&bucket).map_err(table_error)?;
+                Some(b.remember(key))
+            }
+            None => None,
+        };
+        Ok(store::KeyResponse { keys, cursor })
+    }
+
+    fn drop(&mut self, bucket: Resource<Bucket>) -> wasmtime::Result<()> {
+        self.table().delete(bucket)?;
+        Ok(())
+    }
+}
+
+impl atomics::Host for HostState {
+    /// The same decimal counters as `kv.increment`; a delta past `i64::MAX`, or a counter
+    /// below zero, is an error (this interface counts in unsigned numbers).
+    fn increment(
+        &mut self,
+        _bucket: Resource<Bucket>,
+        key: String,
+        delta: u64,
+    ) -> Result<u64, store::Error> {
+        let delta = i64::try_from(delta)
+            .map_err(|_| store::Error::Other("the delta is over 2^63 - 1".into()))?;
+        let value = self.kv.increment(key, delta)?;
+        u64::try_from(value)
+            .map_err(|_| store::Error::Other(format!("the counter is negative ({value})")))
+    }
+}
+
+impl batch::Host for HostState {
+    fn get_many(
+        &mut self,
+        _bucket: Resource<Bucket>,
+        keys: Vec<String>,
+    ) -> Result<Vec<Option<(String, Vec<u8>)>>, store::Error> {
+        let values = self.kv.get_many(&keys)?;
+        Ok(keys
+            .into_iter()
+            .zip(values)
+            .map(|(key, value)| value.map(|v| (key, v)))
+            .collect())
+    }
+
+    fn set_many(
+        &mut self,
+        _bucket: Resource<Bucket>,
+        key_values: Vec<(String, Vec<u8>)>,
+    ) -> Result<(), store::Error> {
+        Ok(self.kv.set_many(key_values, None)?)
+    }
+
+    fn delete_many(
+        &mut self,
+        _bucket: Resource<Bucket>,
+        keys: Vec<String>,
+    ) -> Result<(), store::Error> {
+        self.kv.delete_many(keys)?;
+        Ok(())
+    }
+}

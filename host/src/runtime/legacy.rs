@@ -1,0 +1,108 @@
+//! The imports of `ankh:plugin@0.1.0`, so plugins built against it run unchanged: `log`,
+//! `http` and `websocket` are the current ones under their old names; `kv` is the old, smaller
+//! interface over the same store.
+//!
+//! 0.1.0's `kv` cannot report a failing store: there, a read that fails answers "absent" (and
+//! the host logs why), and a write that fails answers `full`.
+
+use wasmtime::component::{HasSelf, Linker};
+
+use super::bindings::ankh::plugin as current;
+use super::bindings::legacy::ankh::plugin::{http, kv, log, websocket};
+use super::bindings::types::{
+    ConnectionId, KvError, LogLevel, Message, RespondError, Response, WsError,
+};
+use super::state::HostState;
+use crate::kv::KvError as StoreError;
+
+/// Links every 0.1.0 import.
+pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    // `types` holds only types: an empty instance satisfies it.
+    linker.instance("ankh:plugin/types@0.1.0")?;
+    log::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    kv::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    http::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    websocket::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    Ok(())
+}
+
+impl log::Host for HostState {
+    fn log(&mut self, level: LogLevel, message: String, fields: Vec<(String, String)>) {
+        current::log::Host::log(self, level, message, fields);
+    }
+}
+
+impl http::Host for HostState {
+    fn respond(&mut self, response: Response) -> Result<(), RespondError> {
+        current::http::Host::respond(self, response)
+    }
+}
+
+impl websocket::Host for HostState {
+    fn send(&mut self, conn: ConnectionId, message: Message) -> Result<(), WsError> {
+        current::websocket::Host::send(self, conn, message)
+    }
+
+    fn close(&mut self, conn: ConnectionId, code: u16, reason: String) -> Result<(), WsError> {
+        current::websocket::Host::close(self, conn, code, reason)
+    }
+
+    fn subscribe(&mut self, conn: ConnectionId, topic: String) -> Result<(), WsError> {
+        current::websocket::Host::subscribe(self, conn, topic)
+    }
+
+    fn unsubscribe(&mut self, conn: ConnectionId, topic: String) -> Result<(), WsError> {
+        current::websocket::Host::unsubscribe(self, conn, topic)
+    }
+
+    fn publish(&mut self, topic: String, message: Message) -> Result<u32, WsError> {
+        current::websocket::Host::publish(self, topic, message)
+    }
+}
+
+/// 0.1.0's error for a current one.
+fn old_error(e: StoreError) -> KvError {
+    match e {
+        StoreError::TooLarge => KvError::TooLarge,
+        StoreError::NotANumber => KvError::NotANumber,
+        StoreError::Overflow => KvError::Overflow,
+        // 0.1.0 has no way to say "unavailable"; `full` is the nearest: nothing was stored.
+        StoreError::Full | StoreError::Invalid(_) | StoreError::Unavailable(_) => KvError::Full,
+    }
+}
+
+impl HostState {
+    /// A read that failed, logged, for an interface that cannot report it.
+    fn lost_read<T: Default>(&self, what: &str, e: StoreError) -> T {
+        warn_limited!(plugin = %self.tags.plugin, "kv {what} failed, answered as absent (0.1.0 cannot report it): {e}");
+        T::default()
+    }
+}
+
+impl kv::Host for HostState {
+    fn get(&mut self, key: String) -> Option<Vec<u8>> {
+        self.kv
+            .get(&key)
+            .unwrap_or_else(|e| self.lost_read("get", e))
+    }
+
+    fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), KvError> {
+        self.kv.set(key, value, None).map_err(old_error)
+    }
+
+    fn delete(&mut self, key: String) -> bool {
+        self.kv
+            .delete(key)
+            .unwrap_or_else(|e| self.lost_read("delete", e))
+    }
+
+    fn list_keys(&mut self, prefix: String) -> Vec<String> {
+        self.kv
+            .list_all(&prefix)
+            .unwrap_or_else(|e| self.lost_read("list-keys", e))
+    }
+
+    fn increment(&mut self, key: String, delta: i64) -> Result<i64, KvError> {
+        self.kv.increment(key, delta).map_err(old_error)
+    }
+}
