@@ -132,7 +132,7 @@ fn check_reports_imports_exports_policy_and_verdict() {
     assert!(ok.status.success(), "{out}{}", stderr(&ok));
     for needle in [
         "plugin:   hello, mounted at /hello",
-        "exports:\n  ankh:plugin/handler@0.1.0\n  ankh:plugin/websocket-handler@0.1.0",
+        "exports:\n  ankh:plugin/handler@0.2.0\n  ankh:plugin/websocket-handler@0.2.0",
         "wasi:cli/stdout@0.2",
         "cpu deadline:  750 ms per call",
         "verdict:  accepted",
@@ -147,7 +147,7 @@ fn check_reports_imports_exports_policy_and_verdict() {
     let out = String::from_utf8_lossy(&refused.stdout);
     assert!(
         out.contains("verdict:  refused:")
-            && out.contains("no exported instance named `ankh:plugin/handler@0.1.0`"),
+            && out.contains("no exported instance named `ankh:plugin/handler@0.2.0`"),
         "{out}"
     );
     assert!(stderr(&refused).contains("would be refused"));

@@ -43,3 +43,6 @@ mod clients;
 mod logs;
 // The runtime alone: a plugin called with no socket, I/O thread or pool.
 mod runtime;
+// Plugin state that survives: the durable key-value store, wasi:keyvalue, 0.1.0 plugins, crashes
+// and full disks: issue 14.
+mod kv;

@@ -55,6 +55,7 @@ fn runtime(cpu_deadline: Duration) -> Arc<Runtime> {
         max_body_bytes: limits.max_body_bytes,
         pooling: false,
         cache_dir: Some(test_cache_dir()),
+        store: ankh::kv::Store::memory(),
     })
     .unwrap()
 }
