@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use benches::{Run, wrk};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::server::conn::http1;
@@ -42,15 +43,6 @@ struct Scenario {
     ceiling: Option<f64>,
     /// What it stands for, for the report.
     simulates: &'static str,
-}
-
-/// What wrk measured.
-#[derive(Debug, Clone, Copy, Default)]
-struct Run {
-    rps: f64,
-    p50_ms: f64,
-    p90_ms: f64,
-    p99_ms: f64,
 }
 
 fn main() {
@@ -102,7 +94,7 @@ fn main() {
     let mut results = Vec::new();
     for s in &scenarios {
         let threads = s.threads.to_string();
-        let servers: [Contender<'_>; 3] = [
+        let servers: [Contender<'_>; 4] = [
             (
                 format!("ankh ({} workers)", s.threads),
                 Box::new(|| {
@@ -120,6 +112,16 @@ fn main() {
             (
                 format!("hyper ({cores} threads)"),
                 Box::new(move || Box::new(Hyper::start(cores)) as Box<dyn Server>),
+            ),
+            (
+                "ankh, no access log".to_owned(),
+                Box::new(|| {
+                    Box::new(benches::start_ankh(
+                        &plugin,
+                        "index.wasm",
+                        &["--workers", &threads, "--no-access-log"],
+                    )) as Box<dyn Server>
+                }),
             ),
         ];
         let mut best = vec![Run::default(); servers.len()];
@@ -185,52 +187,6 @@ fn main() {
     )
     .unwrap();
     println!("wrote {}", out.join("load.json").display());
-}
-
-/// Runs wrk against `url` and reads its summary.
-fn wrk(url: &str, connections: usize, duration: Duration) -> Run {
-    let out = Command::new("wrk")
-        .args(["-t2", "--latency", "--timeout", "5s"])
-        .arg(format!("-c{connections}"))
-        .arg(format!("-d{}s", duration.as_secs().max(1)))
-        .arg(url)
-        .output()
-        .expect("wrk");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "wrk failed: {text}");
-    assert!(
-        !text.contains("Non-2xx") && !text.contains("Socket errors"),
-        "errors under load against {url}:\n{text}"
-    );
-    let field = |prefix: &str| -> Option<&str> {
-        text.lines()
-            .map(str::trim)
-            .find_map(|l| l.strip_prefix(prefix))
-            .map(str::trim)
-    };
-    let ms = |prefix: &str| field(prefix).map(duration_ms).unwrap_or(f64::NAN);
-    Run {
-        rps: field("Requests/sec:")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0),
-        p50_ms: ms("50%"),
-        p90_ms: ms("90%"),
-        p99_ms: ms("99%"),
-    }
-}
-
-/// wrk's `812.00us`, `1.20ms`, `1.01s` in milliseconds.
-fn duration_ms(text: &str) -> f64 {
-    let (number, scale) = if let Some(n) = text.strip_suffix("us") {
-        (n, 0.001)
-    } else if let Some(n) = text.strip_suffix("ms") {
-        (n, 1.0)
-    } else if let Some(n) = text.strip_suffix('s') {
-        (n, 1000.0)
-    } else {
-        (text, f64::NAN)
-    };
-    number.parse::<f64>().map_or(f64::NAN, |n| n * scale)
 }
 
 /// A server under test, with how to start it.

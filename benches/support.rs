@@ -59,17 +59,88 @@ pub fn report(name: &str, candidate_ns: f64, baseline: &str, baseline_ns: f64) {
     );
 }
 
+/// What wrk measured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Run {
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// Runs wrk against `url` and reads its summary.
+pub fn wrk(url: &str, connections: usize, duration: Duration) -> Run {
+    let out = Command::new("wrk")
+        .args(["-t2", "--latency", "--timeout", "5s"])
+        .arg(format!("-c{connections}"))
+        .arg(format!("-d{}s", duration.as_secs().max(1)))
+        .arg(url)
+        .output()
+        .expect("wrk");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "wrk failed: {text}");
+    assert!(
+        !text.contains("Non-2xx") && !text.contains("Socket errors"),
+        "errors under load against {url}:\n{text}"
+    );
+    let field = |prefix: &str| -> Option<&str> {
+        text.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(prefix))
+            .map(str::trim)
+    };
+    let ms = |prefix: &str| field(prefix).map(duration_ms).unwrap_or(f64::NAN);
+    Run {
+        rps: field("Requests/sec:")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0),
+        p50_ms: ms("50%"),
+        p90_ms: ms("90%"),
+        p99_ms: ms("99%"),
+    }
+}
+
+/// wrk's `812.00us`, `1.20ms`, `1.01s` in milliseconds.
+fn duration_ms(text: &str) -> f64 {
+    let (number, scale) = if let Some(n) = text.strip_suffix("us") {
+        (n, 0.001)
+    } else if let Some(n) = text.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1000.0)
+    } else {
+        (text, f64::NAN)
+    };
+    number.parse::<f64>().map_or(f64::NAN, |n| n * scale)
+}
+
 /// A running `ankh serve` (the release binary), killed when dropped.
 pub struct Ankh {
     child: Child,
     pub addr: SocketAddr,
     /// A plugins directory made for this server alone, removed with it.
     own_dir: Option<PathBuf>,
+    /// Its stderr: the log, access lines included.
+    log: PathBuf,
 }
 
 impl Ankh {
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Stops it with SIGTERM (a clean shutdown) and waits until it has exited.
+    pub fn terminate(mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
     }
 }
 
@@ -77,6 +148,7 @@ impl Drop for Ankh {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
         if let Some(dir) = &self.own_dir {
             let _ = std::fs::remove_dir_all(dir);
             let _ = std::fs::remove_dir_all(dir.with_extension("data"));
@@ -117,14 +189,12 @@ pub fn serve(dir: &Path, cache: &Path, args: &[&str]) -> Ankh {
     let ready = dir.with_extension("ready");
     let _ = std::fs::remove_file(&ready);
     let started = Instant::now();
+    // As a user runs it: the access log on, at the default level, into a file (so the load
+    // generator's terminal is not the bottleneck).
+    let log_path = dir.with_extension("log");
+    let log = std::fs::File::create(&log_path).unwrap();
     let child = Command::new(bin)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--no-access-log",
-            "--plugins",
-        ])
+        .args(["serve", "--listen", "127.0.0.1:0", "--plugins"])
         .arg(dir)
         .arg("--ready-file")
         .arg(&ready)
@@ -138,9 +208,9 @@ pub fn serve(dir: &Path, cache: &Path, args: &[&str]) -> Ankh {
                 .collect::<Vec<std::path::PathBuf>>(),
         )
         .args(args)
-        .env("RUST_LOG", "warn")
+        .env_remove("RUST_LOG")
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(log)
         .spawn()
         .unwrap();
     let addr = loop {
@@ -161,6 +231,7 @@ pub fn serve(dir: &Path, cache: &Path, args: &[&str]) -> Ankh {
         child,
         addr,
         own_dir: None,
+        log: log_path,
     }
 }
 

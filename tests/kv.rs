@@ -37,7 +37,10 @@ fn todo_keeps_its_items_across_a_restart() {
     let mut s = Options::default()
         .plugin(plugins::TODO)
         .data_dir(data.path())
+        .arg("--admin")
+        .arg("127.0.0.1:0")
         .start();
+    let admin = crate::admin::admin_addr(&s);
     for title in ["milk", "eggs", "bread"] {
         let (status, _) = call(
             &s,
@@ -48,6 +51,12 @@ fn todo_keeps_its_items_across_a_restart() {
         assert_eq!(status, 201);
     }
     assert_eq!(call(&s, "DELETE", "/todo/items/2", b"").0, 204);
+    // Three ids, three items, one delete: seven writes, each committed before its answer.
+    let scrape = crate::admin::scrape(admin);
+    let value = |name| crate::admin::value(&scrape, name, &[]);
+    assert_eq!(value("ankh_kv_writes_total"), 7.0);
+    assert!((1.0..=7.0).contains(&value("ankh_kv_commits_total")));
+    assert_eq!(value("ankh_kv_unavailable_total"), 0.0);
     s.signal("TERM");
     assert!(s.wait_exit().success());
     let s = Options::default()
@@ -684,6 +693,7 @@ fn a_full_disk_is_an_error_and_loses_nothing() {
         }
     }
     let (status, body) = refused.expect("writes kept succeeding on a full disk");
+    eprintln!("a full disk answers {status} {body}");
     assert_eq!(status, 503, "{body}");
     assert!(
         body.starts_with("kv error: Unavailable(") && body.contains("space"),

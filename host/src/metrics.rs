@@ -31,6 +31,8 @@ pub struct Metrics {
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
     plugins: Mutex<BTreeMap<String, Arc<PluginMetrics>>>,
+    /// The key-value store's counters, once a store is attached.
+    kv: Mutex<Option<Arc<crate::kv::Stats>>>,
 }
 
 /// One plugin's figures, across its versions.
@@ -80,6 +82,11 @@ impl PluginMetrics {
 }
 
 impl Metrics {
+    /// Shows the key-value store's counters too.
+    pub fn attach_kv(&self, stats: Arc<crate::kv::Stats>) {
+        *self.kv.lock().unwrap_or_else(PoisonError::into_inner) = Some(stats);
+    }
+
     /// The figures of plugin `name`, created on first use.
     pub fn plugin(&self, name: &str) -> Arc<PluginMetrics> {
         let mut plugins = self.plugins.lock().unwrap_or_else(PoisonError::into_inner);
@@ -131,6 +138,31 @@ impl Metrics {
             "counter",
             self.bytes_out.load(Ordering::Relaxed).to_string(),
         );
+        let kv = self
+            .kv
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(kv) = kv {
+            gauge(
+                "ankh_kv_writes_total",
+                "Key-value writes applied (a batch counts once).",
+                "counter",
+                kv.writes.load(Ordering::Relaxed).to_string(),
+            );
+            gauge(
+                "ankh_kv_commits_total",
+                "Key-value transactions committed to disk; writes / commits is the mean group commit.",
+                "counter",
+                kv.commits.load(Ordering::Relaxed).to_string(),
+            );
+            gauge(
+                "ankh_kv_unavailable_total",
+                "Key-value calls answered unavailable (the store could not be read or written).",
+                "counter",
+                kv.unavailable.load(Ordering::Relaxed).to_string(),
+            );
+        }
 
         let plugins = self.plugins.lock().unwrap_or_else(PoisonError::into_inner);
         let family = |out: &mut String, name: &str, help: &str, kind: &str| {

@@ -3,15 +3,17 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use super::rules::{self, Entry, Txn};
-use super::{Backend, Bounds, KvError, Millis, Usage, Write, Written};
+use super::{Backend, Bounds, KvError, Millis, Stats, Usage, Write, Written};
 
 /// Every namespace, by name.
 #[derive(Debug, Default)]
 pub struct Memory {
     spaces: RwLock<HashMap<String, Arc<Mutex<Space>>>>,
+    stats: Arc<Stats>,
 }
 
 /// One namespace.
@@ -136,6 +138,7 @@ impl Backend for Memory {
         let mut usage = space.usage;
         let written = rules::apply(&mut *space, &mut usage, write, bounds, now)?;
         space.usage = usage;
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
         Ok(written)
     }
 
@@ -167,5 +170,9 @@ impl Backend for Memory {
             }
         }
         Ok(swept)
+    }
+
+    fn stats(&self) -> &Arc<Stats> {
+        &self.stats
     }
 }

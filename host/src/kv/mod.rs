@@ -17,10 +17,12 @@
 //! plugin can fill through this store is its quota, not the machine.
 
 pub mod file;
+mod handoff;
 pub mod memory;
 pub mod rules;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::limits;
@@ -125,6 +127,17 @@ pub enum Written {
     Number(i64),
 }
 
+/// What the store did, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Writes applied (each call, a batch counting once).
+    pub writes: AtomicU64,
+    /// Transactions committed to disk (file backend): `writes / commits` is the mean group.
+    pub commits: AtomicU64,
+    /// Calls answered `unavailable`.
+    pub unavailable: AtomicU64,
+}
+
 /// Where namespaces live. Every method is atomic; a write that returned `Ok` is as durable as
 /// the backend promises (on disk, for [`file`](mod@file)).
 pub trait Backend: Send + Sync + std::fmt::Debug {
@@ -158,6 +171,8 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn usage(&self, ns: &str) -> Result<Usage, KvError>;
     /// Removes up to `max` entries that expired by `now`; returns how many.
     fn sweep(&self, now: Millis, max: usize) -> Result<usize, KvError>;
+    /// Its counters.
+    fn stats(&self) -> &Arc<Stats>;
 }
 
 /// Which backend, and where.
@@ -207,6 +222,11 @@ impl Store {
             backend: self.backend.clone(),
             bounds,
         }
+    }
+
+    /// What the store did so far.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.backend.stats().clone()
     }
 
     /// Reclaims what expired by `now` at once, rather than on the sweeper's next pass.
@@ -273,6 +293,17 @@ fn expiry(ttl_ms: Option<u64>, now: Millis) -> Result<Option<Millis>, KvError> {
 }
 
 impl Namespace {
+    /// Counts a failure of the store itself.
+    fn counted<T>(&self, result: Result<T, KvError>) -> Result<T, KvError> {
+        if let Err(KvError::Unavailable(_)) = &result {
+            self.backend
+                .stats()
+                .unavailable
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -327,7 +358,7 @@ impl Namespace {
     /// The values at `keys`; their total size is bounded like a batch write's.
     pub fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
         self.check_batch(keys.iter().map(|k| (k.as_str(), 0)))?;
-        let values = self.backend.get_many(&self.name, keys, now())?;
+        let values = self.counted(self.backend.get_many(&self.name, keys, now()))?;
         let bytes: usize = values.iter().flatten().map(Vec::len).sum();
         if bytes > self.bounds.batch_bytes {
             return Err(KvError::TooLarge);
@@ -337,7 +368,7 @@ impl Namespace {
 
     pub fn exists(&self, key: &str) -> Result<bool, KvError> {
         self.check_key(key)?;
-        self.backend.exists(&self.name, key, now())
+        self.counted(self.backend.exists(&self.name, key, now()))
     }
 
     pub fn set(&self, key: String, value: Vec<u8>, ttl_ms: Option<u64>) -> Result<(), KvError> {
@@ -374,10 +405,12 @@ impl Namespace {
 
     pub fn delete_many(&self, keys: Vec<String>) -> Result<u32, KvError> {
         self.check_batch(keys.iter().map(|k| (k.as_str(), 0)))?;
-        match self
-            .backend
-            .write(&self.name, Write::Delete { keys }, &self.bounds, now())?
-        {
+        match self.counted(self.backend.write(
+            &self.name,
+            Write::Delete { keys },
+            &self.bounds,
+            now(),
+        ))? {
             Written::Deleted(n) => Ok(n),
             other => unreachable_written(other),
         }
@@ -400,7 +433,7 @@ impl Namespace {
             value,
             expires,
         };
-        match self.backend.write(&self.name, write, &self.bounds, now)? {
+        match self.counted(self.backend.write(&self.name, write, &self.bounds, now))? {
             Written::Swapped(stored) => Ok(stored),
             other => unreachable_written(other),
         }
@@ -441,9 +474,11 @@ impl Namespace {
         }
         let limit = limit.min(self.bounds.page_keys);
         // One more than asked, to know whether a next page exists.
-        let mut keys = self
-            .backend
-            .list(&self.name, prefix, cursor, limit + 1, now())?;
+        let mut keys =
+            self.counted(
+                self.backend
+                    .list(&self.name, prefix, cursor, limit + 1, now()),
+            )?;
         let more = keys.len() > limit;
         keys.truncate(limit);
         let next = if more { keys.last().cloned() } else { None };

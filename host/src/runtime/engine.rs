@@ -111,13 +111,15 @@ impl Runtime {
         super::legacy::add_to_linker(&mut linker)?;
         super::kv_host::add_to_linker(&mut linker)?;
         let ticker = EpochTicker::start(engine.clone(), EPOCH_TICK);
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        metrics.attach_kv(config.store.stats());
         Ok(Arc::new(Runtime {
             engine,
             linker,
             config,
             pooling,
             cache,
-            metrics: Arc::default(),
+            metrics,
             compile_lock: std::sync::Mutex::new(()),
             _ticker: ticker,
         }))

@@ -7,6 +7,9 @@
 //! - `GET /bench/sleep?ms=N`: blocks N milliseconds (at most 10 s), then `ok`
 //! - `GET /bench/ws`: a WebSocket that echoes every message, except `publish:TEXT`, which
 //!   publishes TEXT to the topic `bench`; every connection is subscribed to it on open.
+//! - `GET /bench/incr?key=K`: `kv::increment(K, 1)`, the new value (a durable write per request)
+//! - `GET /bench/fill?n=N`: stores N keys `fill/00000000`.. in batches of 1000 (at most 100,000,
+//!   the per-plugin key limit), for restart benchmarks
 
 use std::time::{Duration, Instant};
 
@@ -46,6 +49,28 @@ fn sleep(req: &Request) -> Result<&'static str, Response> {
     Ok("ok")
 }
 
+/// One durable write per request: the cost of the key-value store on the request path.
+fn incr(req: &Request) -> Result<String, Response> {
+    let key = req.query_param("key").unwrap_or_else(|| "counter".to_owned());
+    Ok(kv::increment(&key, 1)?.to_string())
+}
+
+/// Fills the namespace with `n` small keys, a batch of 1000 per store call.
+fn fill(req: &Request) -> Result<String, Response> {
+    let n = number(req, "n", 100_000)?;
+    for start in (0..n).step_by(1000) {
+        let batch: Vec<(String, String)> = (start..n.min(start + 1000))
+            .map(|i| (format!("fill/{i:08}"), i.to_string()))
+            .collect();
+        let entries: Vec<(&str, &[u8])> = batch
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes()))
+            .collect();
+        kv::set_many(&entries)?;
+    }
+    Ok(n.to_string())
+}
+
 /// The WebSocket benchmark endpoint: echo, and a broadcast topic every connection is on.
 #[derive(Default)]
 struct Bench;
@@ -71,6 +96,8 @@ fn router() -> Router {
         .get("/", |_req: &Request| "Hello, World!")
         .get("/busy", busy)
         .get("/sleep", sleep)
+        .get("/incr", incr)
+        .get("/fill", fill)
         .get("/ws", |_req: &Request| Outcome::upgrade())
 }
 
