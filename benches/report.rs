@@ -1,7 +1,8 @@
 //! Writes the benchmark report: `target/bench-report/README.md` with SVG charts beside it,
-//! from what the `micro` (criterion, `target/criterion`) and `load`
-//! (`target/bench-results/load.json`) benchmarks last measured. `benches/report.sh` runs all
-//! three; this one alone re-renders the report from the last results.
+//! from what the `micro` (criterion, `target/criterion`), `load`
+//! (`target/bench-results/load.json`) and `kv` (`target/bench-results/kv.json`) benchmarks last
+//! measured. `benches/report.sh` runs them all; this one alone re-renders the report from the
+//! last results.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -57,11 +58,69 @@ fn main() {
         )
         .unwrap(),
     }
+    match std::fs::read_to_string(root.join("target/bench-results/kv.json")) {
+        Ok(text) => kv_section(&serde_json::from_str(&text).unwrap(), &mut md),
+        Err(_) => writeln!(
+            md,
+            "_No key-value results: run `cargo bench -p benches --bench kv`._\n"
+        )
+        .unwrap(),
+    }
     micro_section(&root.join("target/criterion"), &out, &mut md);
 
     let path = out.join("README.md");
     std::fs::write(&path, md).unwrap();
     println!("wrote {}", path.display());
+}
+
+fn kv_section(doc: &Value, md: &mut String) {
+    writeln!(md, "## The key-value store\n").unwrap();
+    writeln!(
+        md,
+        "Machine: {}. `GET /incr` (one durable `kv::increment` per request), {} connections, \
+         medians of alternating rounds of {} s.\n",
+        doc["machine"].as_str().unwrap_or("?"),
+        doc["connections"],
+        doc["round_seconds"]
+    )
+    .unwrap();
+    writeln!(
+        md,
+        "| store | req/s | p50 ms | p99 ms | writes per commit |\n|---|---|---|---|---|"
+    )
+    .unwrap();
+    for run in doc["increment"].as_array().into_iter().flatten() {
+        let group = run["writes_per_commit"]
+            .as_f64()
+            .filter(|g| g.is_finite())
+            .map_or(String::new(), |g| format!("{g:.1}"));
+        writeln!(
+            md,
+            "| {} | {:.0} | {:.2} | {:.2} | {group} |",
+            run["backend"].as_str().unwrap_or("?"),
+            run["rps"].as_f64().unwrap_or(f64::NAN),
+            run["p50_ms"].as_f64().unwrap_or(f64::NAN),
+            run["p99_ms"].as_f64().unwrap_or(f64::NAN),
+        )
+        .unwrap();
+    }
+    let restart = &doc["restart"];
+    writeln!(
+        md,
+        "\nFile over memory: {:.2} at the defaults, {:.2} with 64 workers. Restart with {} keys \
+         ({:.0} MiB): {:.0} ms to the first request after a clean stop, {:.0} ms after `kill -9`, \
+         {:.0} ms with an empty store.\n",
+        doc["file_over_memory"].as_f64().unwrap_or(f64::NAN),
+        doc["file_over_memory_64_workers"]
+            .as_f64()
+            .unwrap_or(f64::NAN),
+        restart["keys"],
+        restart["db_mib"].as_f64().unwrap_or(f64::NAN),
+        restart["clean_ms"].as_f64().unwrap_or(f64::NAN),
+        restart["after_kill_ms"].as_f64().unwrap_or(f64::NAN),
+        restart["empty_ms"].as_f64().unwrap_or(f64::NAN),
+    )
+    .unwrap();
 }
 
 fn load_section(doc: &Value, out: &Path, md: &mut String) {

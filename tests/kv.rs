@@ -872,3 +872,46 @@ fn the_shorten_example_redirects_counts_and_expires() {
     assert_eq!(call(&s, "GET", &format!("/shorten/{code}"), b"").0, 404);
     assert_eq!(call(&s, "DELETE", &format!("/shorten/{code}"), b"").0, 404);
 }
+
+// See: issue 14, "every new host import is per plugin and bounded, with a test from a hostile
+// plugin": through the raw WIT and through wasi:keyvalue, a plugin reaches no other store and
+// gets nothing past a bound.
+#[test]
+fn a_hostile_plugin_reaches_no_other_store_and_every_call_is_bounded() {
+    let data = TempDir::new("hostile-kv");
+    let s = Options::default()
+        .plugin(plugins::HOSTILE)
+        .plugin(plugins::WASIKV)
+        .plugin(plugins::KVPROBE)
+        .data_dir(data.path())
+        .start();
+    assert_eq!(call(&s, "PUT", "/kvprobe/set?key=secret", b"mine").0, 204);
+    let (status, body) = s.get("/hostile/kv-bounds");
+    assert_eq!(status, 200, "{body}");
+    let results: std::collections::HashMap<&str, &str> =
+        body.lines().filter_map(|l| l.split_once('=')).collect();
+    assert!(results["ttl0"].contains("Invalid"), "{body}");
+    assert_eq!(results["page"], "Ok(1000)", "{body}");
+    assert!(results["get-many"].contains("TooLarge"), "{body}");
+    assert!(results["set-many"].contains("TooLarge"), "{body}");
+    assert!(results["cursor"].contains("Invalid"), "{body}");
+    // wasi:keyvalue: another plugin's store by any name, and a forged cursor.
+    for name in ["kvprobe", "../kvprobe", "kv/kvprobe", "hostile"] {
+        let (status, body) = s.get(&format!("/wasikv/open?name={name}"));
+        assert_eq!(status, 500, "{name}: {body}");
+        assert!(body.contains("NoSuchStore"), "{name}: {body}");
+    }
+    let (status, body) = s.get("/wasikv/forge?cursor=1");
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("unknown or too old"), "{body}");
+    // Its own keys are its own: the victim's key is untouched and unseen.
+    assert_eq!(s.get("/wasikv/get?key=secret").0, 404);
+    assert_eq!(
+        call(&s, "GET", "/kvprobe/get?key=secret", b""),
+        (200, "mine".into())
+    );
+    assert_eq!(
+        call(&s, "GET", "/kvprobe/exists?key=key00000", b"").1,
+        "false"
+    );
+}

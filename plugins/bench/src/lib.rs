@@ -51,7 +51,9 @@ fn sleep(req: &Request) -> Result<&'static str, Response> {
 
 /// One durable write per request: the cost of the key-value store on the request path.
 fn incr(req: &Request) -> Result<String, Response> {
-    let key = req.query_param("key").unwrap_or_else(|| "counter".to_owned());
+    let key = req
+        .query_param("key")
+        .unwrap_or_else(|| "counter".to_owned());
     Ok(kv::increment(&key, 1)?.to_string())
 }
 

@@ -18,6 +18,9 @@
 //!
 //! Host memory: `/hostile/kv-fill?kib=N` stores N KiB values under new keys until the store
 //! refuses (`stored <n> then <KvError>`); `/hostile/pollables?n=N` leaks N clock pollables.
+//! `/hostile/kv-bounds` asks the store for what no call may have, through the raw WIT (no SDK
+//! clamping): a time-to-live of 0, a page of 2^32 - 1 keys, a batch of 1001 keys, a batch of
+//! 17 MiB, and a cursor that is not below its prefix; it answers one `name=result` line each.
 //!
 //! Failures and logs: `/hostile/exit?code=C` calls `exit`; `/hostile/log-forge` logs a message
 //! with a forged second line, a 100 KiB message and a field with a newline;
@@ -95,6 +98,33 @@ fn kv_fill(req: &Request) -> String {
             Err(e) => return format!("stored {stored} then {e:?}"),
         }
     }
+}
+
+fn kv_bounds(_req: &Request) -> String {
+    use ankh_guest::bindings::ankh::plugin::kv as raw;
+    let mut out = Vec::new();
+    out.push(format!("ttl0={:?}", raw::set("k", b"v", Some(0))));
+    for i in 0..1500 {
+        let _ = raw::set(&format!("key{i:05}"), b"", None);
+    }
+    out.push(format!(
+        "page={:?}",
+        raw::list_keys("", None, u32::MAX).map(|p| p.keys.len())
+    ));
+    let many: Vec<String> = (0..1001).map(|i| format!("key{i:05}")).collect();
+    out.push(format!(
+        "get-many={:?}",
+        raw::get_many(&many).map(|v| v.len())
+    ));
+    let big: Vec<(String, Vec<u8>)> = (0..17)
+        .map(|i| (format!("big{i}"), vec![0; 1 << 20]))
+        .collect();
+    out.push(format!("set-many={:?}", raw::set_many(&big, None)));
+    out.push(format!(
+        "cursor={:?}",
+        raw::list_keys("key", Some("zzz"), 10).map(|p| p.keys.len())
+    ));
+    out.join("\n")
 }
 
 fn pollables(req: &Request) -> String {
@@ -198,6 +228,7 @@ fn router() -> Router {
         .get("/early", early)
         .get("/spin", spin)
         .get("/kv-fill", kv_fill)
+        .get("/kv-bounds", kv_bounds)
         .get("/pollables", pollables)
         .get("/exit", |req: &Request| -> &'static str {
             std::process::exit(number(req, "code", 3) as i32)

@@ -12,6 +12,7 @@
 //! - `GET /wasikv/keys` → every key, paging with the cursor: `PAGES KEYS` then the keys
 //! - `GET /wasikv/fill?n=N` → writes keys `k00000`.. in batches of 500 → `ok`
 //! - `GET /wasikv/open?name=N` → `ok`, or the store's error
+//! - `GET /wasikv/forge?cursor=N` → `list-keys` from a cursor the bucket never gave out
 
 wit_bindgen::generate!({
     inline: "
@@ -98,6 +99,11 @@ fn run(req: &Request) -> Result<Response, store::Error> {
                 200,
                 format!("{},a:{}", shown.join(","), bucket.exists("a")?),
             )
+        }
+        "/forge" => {
+            let cursor = query(req, "cursor").parse().unwrap_or(u64::MAX);
+            let page = bucket.list_keys(Some(cursor))?;
+            text(200, format!("{} keys", page.keys.len()))
         }
         "/fill" => {
             let n: usize = query(req, "n").parse().unwrap_or(0);
