@@ -141,6 +141,14 @@ fn a_plugin_built_against_0_1_0_runs_unchanged() {
     assert_eq!(ws.read().unwrap().into_text().unwrap().as_str(), "echo me");
     // The same namespace a 0.2.0 plugin of that name would see, on disk.
     assert!(data.path().join("kv.redb").is_file());
+    // `ankh check` says which world it targets.
+    let out = Command::new(ankh_bin())
+        .args(["check", plugins::LEGACY010, "--no-cache"])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("world:    ankh:plugin@0.1.0"), "{report}");
 }
 
 // See: issue 14: a component written against wasi:keyvalue (store, atomics, batch), built with
@@ -914,4 +922,22 @@ fn a_hostile_plugin_reaches_no_other_store_and_every_call_is_bounded() {
         call(&s, "GET", "/kvprobe/exists?key=key00000", b"").1,
         "false"
     );
+}
+
+// See: issue 14: unmounting a plugin keeps its data; a later plugin of the same name sees it.
+#[test]
+fn an_unmounted_plugins_data_waits_for_its_return() {
+    let data = TempDir::new("unmount-data");
+    let s = kvprobe(data.path());
+    assert_eq!(call(&s, "PUT", "/kvprobe/set?key=k", b"kept").0, 204);
+    std::fs::remove_file(s.plugins_dir().join("kvprobe.wasm")).unwrap();
+    s.wait_for_log("unmounted: the file was removed");
+    assert_eq!(
+        call(&s, "GET", "/kvprobe/get?key=k", b"").0,
+        404,
+        "still mounted"
+    );
+    s.install("kvprobe", plugins::KVPROBE);
+    let (status, body) = s.eventually("/kvprobe/get?key=k", |status, _| status == 200);
+    assert_eq!((status, body.as_str()), (200, "kept"));
 }

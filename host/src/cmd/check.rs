@@ -92,6 +92,7 @@ pub(crate) fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report>
     }
     let accepted = match (name, name.map(|n| Plugin::load(&runtime, n, path))) {
         (Some(_), Some(Ok(plugin))) => {
+            let _ = writeln!(text, "world:    ankh:plugin@{}", plugin.world_version());
             let _ = writeln!(
                 text,
                 "verdict:  accepted (compiled and instantiated in {} ms)",

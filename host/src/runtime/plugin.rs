@@ -187,6 +187,11 @@ impl Plugin {
         Ok(())
     }
 
+    /// The version of the `ankh:plugin` world it was built against (`0.2.0`, or `0.1.0`).
+    pub fn world_version(&self) -> &'static str {
+        self.pre.version()
+    }
+
     /// Takes one of the plugin's concurrency slots, or `None` when all are in use.
     pub fn try_enter(&self) -> Option<Option<InFlight>> {
         let Some(max) = self.policy.max_concurrency else {
