@@ -148,6 +148,7 @@ fn runtime(pooling: bool) -> Arc<Runtime> {
         kv_max_bytes: Limits::default().kv_max_bytes,
         ws_max_message_bytes: Limits::default().ws_max_message_bytes,
         max_body_bytes: Limits::default().max_body_bytes,
+        ws_compression: true,
         pooling,
         cache_dir: Some(benches::root().join("target/bench-cache")),
         store: ankh::kv::Store::memory(),

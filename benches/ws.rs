@@ -8,6 +8,12 @@
 //!    (19,000, not 20,000: on the machine these figures come from, a process may hold at most
 //!    20,000 file descriptors and cannot raise that, and the client side lives in this one.)
 //! 3. One publish to a topic all of them subscribe to: time until the last client has it.
+//! 4. Compression (permessage-deflate): echo round trips of a 2 KiB JSON message with and
+//!    without it (same raw client, alternating; the client sends one pre-compressed frame,
+//!    offering `client_no_context_takeover`, so the figure is the server's cost), bytes on the
+//!    wire each way; then 19,000 idle connections that negotiated it (resident memory per
+//!    connection), and one 2 KiB publish to all of them with and without compression, with the
+//!    server's count of compressions (`ankh_ws_messages_deflated_total`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -114,22 +120,39 @@ fn rss_kib(pid: u32) -> u64 {
 
 /// Opens a WebSocket to ankh's `/bench/ws` from source address 127.0.0.`source`.
 fn open_raw(addr: SocketAddr, source: u8) -> TcpStream {
+    open_raw_offering(addr, source, None)
+}
+
+/// As [`open_raw`], offering `extension` in `Sec-WebSocket-Extensions`.
+fn open_raw_offering(addr: SocketAddr, source: u8, extension: Option<&str>) -> TcpStream {
     let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     let local: SocketAddr = format!("127.0.0.{source}:0").parse().unwrap();
     socket.bind(&local.into()).unwrap();
     socket.connect(&addr.into()).unwrap();
     let mut stream: TcpStream = socket.into();
+    let offer = extension.map_or(String::new(), |e| {
+        format!("Sec-WebSocket-Extensions: {e}\r\n")
+    });
     stream
-        .write_all(b"GET /bench/ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+        .write_all(format!("GET /bench/ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{offer}\r\n").as_bytes())
         .unwrap();
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut line = String::new();
     reader.read_line(&mut line).unwrap();
     assert!(line.starts_with("HTTP/1.1 101"), "{line}");
+    let mut agreed = false;
     while line != "\r\n" {
         line.clear();
         reader.read_line(&mut line).unwrap();
+        agreed |= line
+            .to_ascii_lowercase()
+            .starts_with("sec-websocket-extensions: permessage-deflate");
     }
+    assert_eq!(
+        agreed,
+        extension.is_some(),
+        "compression negotiated as offered"
+    );
     stream
 }
 
@@ -230,14 +253,269 @@ fn main() {
         "| one publish to {received} subscribers, until the last has it | {:.0} ms |",
         fanout.as_secs_f64() * 1000.0
     );
+    drop(clients);
     drop(ankh);
+
+    compression(&plugin, cores);
+}
+
+/// A masked client frame (`first`: FIN, RSV and opcode).
+fn masked(first: u8, payload: &[u8]) -> Vec<u8> {
+    let key = [1u8, 2, 3, 4];
+    let mut out = vec![first];
+    match payload.len() {
+        n if n < 126 => out.push(0x80 | n as u8),
+        n if n < 65536 => {
+            out.push(0x80 | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(0x80 | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(&key);
+    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    out
 }
 
 /// A masked client text frame.
 fn masked_text(payload: &[u8]) -> Vec<u8> {
-    let key = [1u8, 2, 3, 4];
-    let mut out = vec![0x81, 0x80 | payload.len() as u8];
-    out.extend_from_slice(&key);
-    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    masked(0x81, payload)
+}
+
+/// Reads one server frame: (first byte, bytes on the wire, payload).
+fn read_frame(r: &mut impl Read) -> (u8, usize, Vec<u8>) {
+    let mut head = [0u8; 2];
+    r.read_exact(&mut head).unwrap();
+    let (len, extra) = match head[1] & 0x7f {
+        126 => {
+            let mut b = [0u8; 2];
+            r.read_exact(&mut b).unwrap();
+            (usize::from(u16::from_be_bytes(b)), 2)
+        }
+        127 => {
+            let mut b = [0u8; 8];
+            r.read_exact(&mut b).unwrap();
+            (u64::from_be_bytes(b) as usize, 8)
+        }
+        n => (usize::from(n), 0),
+    };
+    let mut payload = vec![0u8; len];
+    r.read_exact(&mut payload).unwrap();
+    (head[0], 2 + extra + len, payload)
+}
+
+/// A JSON array of about `n` bytes, like a chat or API payload.
+fn json(n: usize) -> String {
+    let mut s = String::from("[");
+    let mut i = 0;
+    while s.len() < n {
+        s.push_str(&format!(
+            "{{\"id\":{i},\"user\":\"member-{i}\",\"room\":\"lobby\",\"text\":\"hello there, how is it going\",\"seen\":false}},"
+        ));
+        i += 1;
+    }
+    s.truncate(n);
+    s
+}
+
+/// Raw deflate of one message with a fresh context, tail removed (RFC 7692 §7.2.1).
+fn deflate(data: &[u8]) -> Vec<u8> {
+    let mut z = flate2::Compress::new(flate2::Compression::default(), false);
+    let mut out = Vec::with_capacity(data.len() + 64);
+    z.compress_vec(data, &mut out, flate2::FlushCompress::Sync)
+        .unwrap();
+    out.truncate(out.len() - 4);
     out
+}
+
+fn inflate(data: &[u8]) -> Vec<u8> {
+    let mut z = flate2::Decompress::new(false);
+    let mut input = data.to_vec();
+    input.extend_from_slice(&[0, 0, 0xff, 0xff]);
+    let mut out = Vec::with_capacity(1 << 20);
+    z.decompress_vec(&input, &mut out, flate2::FlushDecompress::Sync)
+        .unwrap();
+    out
+}
+
+/// Echo round trips per second of `message` over `CONNECTIONS` raw connections, compressed
+/// or not; also the bytes on the wire of one round trip (up, down).
+fn echo_raw(addr: SocketAddr, message: &str, compressed: bool) -> (f64, usize, usize) {
+    let offer = compressed.then_some("permessage-deflate; client_no_context_takeover");
+    let request = if compressed {
+        masked(0xC1, &deflate(message.as_bytes()))
+    } else {
+        masked(0x81, message.as_bytes())
+    };
+    let up = request.len();
+    // One checked round trip first: the echo is the message, and compressed as agreed.
+    let mut check = open_raw_offering(addr, 1, offer);
+    check.write_all(&request).unwrap();
+    let (first, down, payload) = read_frame(&mut check);
+    assert_eq!(first & 0x40 != 0, compressed, "RSV1 as negotiated");
+    let payload = if compressed {
+        inflate(&payload)
+    } else {
+        payload
+    };
+    assert_eq!(payload, message.as_bytes());
+    drop(check);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..CONNECTIONS)
+        .map(|_| {
+            let (stop, count, request) = (stop.clone(), count.clone(), request.clone());
+            std::thread::spawn(move || {
+                let mut stream = open_raw_offering(addr, 1, offer);
+                stream.set_nodelay(true).unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                while !stop.load(Ordering::Relaxed) {
+                    stream.write_all(&request).unwrap();
+                    read_frame(&mut reader);
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = count.load(Ordering::Relaxed);
+    let started = Instant::now();
+    std::thread::sleep(ROUND);
+    let done = count.load(Ordering::Relaxed) - before;
+    let elapsed = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        let _ = t.join();
+    }
+    (done as f64 / elapsed, up, down)
+}
+
+/// `ankh_ws_messages_deflated_total` from the admin listener.
+fn deflated_total(admin: SocketAddr) -> u64 {
+    let mut stream = TcpStream::connect(admin).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    stream.read_to_string(&mut body).unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix("ankh_ws_messages_deflated_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+fn admin_of(ankh: &benches::Ankh) -> SocketAddr {
+    let started = Instant::now();
+    loop {
+        let log = ankh.log();
+        if let Some(addr) = log
+            .split("admin endpoints on http://")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+        {
+            return addr.trim_end_matches('/').parse().unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no admin line");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// 4. What compression costs and saves.
+fn compression(plugin: &std::path::Path, cores: usize) {
+    let message = json(2048);
+    let ankh = benches::start_ankh(plugin, "bench.wasm", &["--max-connections", "50000"]);
+    let (mut plain, mut deflated) = ((0f64, 0, 0), (0f64, 0, 0));
+    for _ in 0..ROUNDS {
+        let p = echo_raw(ankh.addr, &message, false);
+        let d = echo_raw(ankh.addr, &message, true);
+        if p.0 > plain.0 {
+            plain = p;
+        }
+        if d.0 > deflated.0 {
+            deflated = d;
+        }
+    }
+    drop(ankh);
+    println!();
+    println!(
+        "| echo of a {} B JSON message, {CONNECTIONS} connections, default workers | round trips/s | bytes up / down per round trip |",
+        message.len()
+    );
+    println!("|---|---|---|");
+    println!(
+        "| uncompressed | {:.0} | {} / {} |",
+        plain.0, plain.1, plain.2
+    );
+    println!(
+        "| permessage-deflate | {:.0} ({:.2}× uncompressed) | {} / {} |",
+        deflated.0,
+        deflated.0 / plain.0,
+        deflated.1,
+        deflated.2
+    );
+
+    // Idle memory with compression negotiated, and one publish with and without it.
+    let publish = masked_text(format!("publish:{}", json(2048)).as_bytes());
+    println!();
+    println!(
+        "| {IDLE_CONNECTIONS} idle WebSockets, {} workers | RSS per connection | one 2 KiB publish, until the last has it | compressions |",
+        cores * 4
+    );
+    println!("|---|---|---|---|");
+    for offer in [None, Some("permessage-deflate; client_max_window_bits")] {
+        let ankh = benches::start_ankh(
+            plugin,
+            "bench.wasm",
+            &[
+                "--workers",
+                &(cores * 4).to_string(),
+                "--max-connections",
+                "50000",
+                "--admin",
+                "127.0.0.1:0",
+            ],
+        );
+        let admin = admin_of(&ankh);
+        let pid = ankh.pid();
+        let mut publisher = open_raw(ankh.addr, 1);
+        std::thread::sleep(Duration::from_millis(300));
+        let before = rss_kib(pid);
+        let mut clients: Vec<BufReader<TcpStream>> = (0..IDLE_CONNECTIONS)
+            .map(|i| {
+                let s = open_raw_offering(ankh.addr, 2 + (i / 10_000) as u8, offer);
+                s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                BufReader::new(s)
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs(1));
+        let after = rss_kib(pid);
+        let per_conn = (after.saturating_sub(before)) as f64 * 1024.0 / IDLE_CONNECTIONS as f64;
+        let compressions = deflated_total(admin);
+        let started = Instant::now();
+        publisher.write_all(&publish).unwrap();
+        let mut wire = 0;
+        for c in &mut clients {
+            let (first, n, _) = read_frame(c);
+            assert_eq!(first & 0x40 != 0, offer.is_some());
+            wire = n;
+        }
+        let fanout = started.elapsed();
+        let compressions = deflated_total(admin) - compressions;
+        println!(
+            "| {} | {per_conn:.0} B ({:.1} KiB) | {:.0} ms ({wire} B frames) | {compressions} |",
+            if offer.is_some() {
+                "permessage-deflate"
+            } else {
+                "uncompressed"
+            },
+            per_conn / 1024.0,
+            fanout.as_secs_f64() * 1000.0
+        );
+        drop(clients);
+        drop(publisher);
+        drop(ankh);
+    }
 }

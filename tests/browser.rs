@@ -1,5 +1,6 @@
 //! The chat example in a real browser: two headless Chromium pages, driven by
-//! `tests/browser/chat.mjs` (playwright-core), exchange messages through the server.
+//! `tests/browser/chat.mjs` (playwright-core), exchange messages through the server, over
+//! WebSockets that negotiated permessage-deflate.
 //!
 //! Needs Debian's `chromium`, Node.js and `npm ci` in `tests/browser` (`.ci/run` installs all
 //! three). Without them the test reports what is missing and passes, except under CI (`CI`
@@ -47,4 +48,10 @@ fn two_browser_pages_chat_through_the_server() {
         stdout.contains("alice: hello from alice") && stdout.contains("bob: hi alice, bob here"),
         "{stdout}"
     );
+    // Issue 16: Chromium negotiated permessage-deflate, and the long line crossed compressed.
+    assert!(
+        stdout.contains("extensions: permessage-deflate; server_no_context_takeover"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("bob: a long line 0123456789"), "{stdout}");
 }

@@ -46,3 +46,5 @@ mod runtime;
 // Plugin state that survives: the durable key-value store, wasi:keyvalue, 0.1.0 plugins, crashes
 // and full disks: issue 14.
 mod kv;
+// WebSocket compression (permessage-deflate): negotiation, frames, bombs, publish: issue 16.
+mod compression;

@@ -53,6 +53,7 @@ fn runtime(cpu_deadline: Duration) -> Arc<Runtime> {
         kv_max_bytes: limits.kv_max_bytes,
         ws_max_message_bytes: limits.ws_max_message_bytes,
         max_body_bytes: limits.max_body_bytes,
+        ws_compression: limits.ws_compression,
         pooling: false,
         cache_dir: Some(test_cache_dir()),
         store: ankh::kv::Store::memory(),

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 secs="${1:-60}"
-targets=(request_head chunked_body connection ws_frame)
+targets=(request_head chunked_body connection ws_frame ws_inflate)
 mkdir -p logs
 cargo +nightly fuzz build -s none
 status=0

@@ -561,6 +561,15 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         |c| c.limits.ws_pong_timeout
     ),
     Setting {
+        key: "ws_compression",
+        flag: Flag::Off("no-ws-compression"),
+        kind: Kind::Switch,
+        doc: "Decline permessage-deflate: WebSocket messages go uncompressed (a plugin's policy can also turn it off for that plugin)",
+        default: || Value::Bool(limits::WS_COMPRESSION),
+        apply: |c, v| c.limits.ws_compression = v.bool(),
+        read: |c| Value::Bool(c.limits.ws_compression),
+    },
+    Setting {
         key: "log.format",
         flag: Flag::Value {
             long: "log-format",

@@ -177,6 +177,10 @@ pub const WS_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// from that connection until the plugin catches up (back-pressure on the client).
 pub const WS_MAX_QUEUED_EVENTS: usize = 64;
 
+/// Whether WebSockets negotiate permessage-deflate (RFC 7692) with clients that offer it. A
+/// compressed message is held to [`WS_MAX_MESSAGE_BYTES`] once inflated, checked while it is.
+pub const WS_COMPRESSION: bool = true;
+
 /// Longest topic name, in bytes.
 pub const WS_MAX_TOPIC_BYTES: usize = 256;
 
@@ -224,6 +228,8 @@ pub struct Limits {
     pub ws_ping_interval: Duration,
     /// See [`WS_PONG_TIMEOUT`].
     pub ws_pong_timeout: Duration,
+    /// See [`WS_COMPRESSION`].
+    pub ws_compression: bool,
 }
 
 impl Default for Limits {
@@ -248,6 +254,7 @@ impl Default for Limits {
             ws_max_message_bytes: WS_MAX_MESSAGE_BYTES,
             ws_ping_interval: WS_PING_INTERVAL,
             ws_pong_timeout: WS_PONG_TIMEOUT,
+            ws_compression: WS_COMPRESSION,
         }
     }
 }

@@ -30,6 +30,12 @@ pub struct Metrics {
     pub connections_total: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
+    /// WebSocket messages the server compressed (a publish counts once).
+    ws_deflated: AtomicU64,
+    /// Compressed WebSocket messages from clients, inflated.
+    ws_inflated: AtomicU64,
+    /// Compressed WebSocket frames sent (a publish counts once per subscriber).
+    ws_compressed_frames: AtomicU64,
     plugins: Mutex<BTreeMap<String, Arc<PluginMetrics>>>,
     /// The key-value store's counters, once a store is attached.
     kv: Mutex<Option<Arc<crate::kv::Stats>>>,
@@ -93,6 +99,14 @@ impl Metrics {
         plugins.entry(name.to_owned()).or_default().clone()
     }
 
+    /// What permessage-deflate did since last reported.
+    pub fn ws_deflate(&self, deflated: u64, inflated: u64, compressed_frames: u64) {
+        self.ws_deflated.fetch_add(deflated, Ordering::Relaxed);
+        self.ws_inflated.fetch_add(inflated, Ordering::Relaxed);
+        self.ws_compressed_frames
+            .fetch_add(compressed_frames, Ordering::Relaxed);
+    }
+
     /// The exposition text. `websockets` and `queued` are read by the caller at scrape time.
     pub fn render(&self, websockets: usize, queued: usize) -> String {
         let mut out = String::new();
@@ -137,6 +151,26 @@ impl Metrics {
             "Bytes written to clients.",
             "counter",
             self.bytes_out.load(Ordering::Relaxed).to_string(),
+        );
+        gauge(
+            "ankh_ws_messages_deflated_total",
+            "WebSocket messages compressed by the server (a publish to many subscribers counts once).",
+            "counter",
+            self.ws_deflated.load(Ordering::Relaxed).to_string(),
+        );
+        gauge(
+            "ankh_ws_compressed_frames_total",
+            "Compressed WebSocket frames sent (a publish counts once per subscriber).",
+            "counter",
+            self.ws_compressed_frames
+                .load(Ordering::Relaxed)
+                .to_string(),
+        );
+        gauge(
+            "ankh_ws_messages_inflated_total",
+            "Compressed WebSocket messages received and inflated.",
+            "counter",
+            self.ws_inflated.load(Ordering::Relaxed).to_string(),
         );
         let kv = self
             .kv

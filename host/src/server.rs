@@ -80,6 +80,7 @@ impl Server {
             kv_max_bytes: config.limits.kv_max_bytes,
             ws_max_message_bytes: config.limits.ws_max_message_bytes,
             max_body_bytes: config.limits.max_body_bytes,
+            ws_compression: config.limits.ws_compression,
             pooling: config.pooling,
             cache_dir: config.cache_dir.clone(),
             store,

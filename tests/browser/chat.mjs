@@ -43,6 +43,28 @@ try {
   await logHas(alice, "alice: hello from alice");
   await say(bob, "hi alice, bob here");
   await logHas(alice, "bob: hi alice, bob here");
+  // A long message: over the compression threshold, so it crosses compressed both ways.
+  const long = "a long line " + "0123456789".repeat(40);
+  await say(bob, long);
+  await logHas(alice, "bob: " + long);
+  // Chromium offered permessage-deflate and the server accepted: the negotiated extension,
+  // as the browser itself reports it, on a socket of the same page.
+  const extensions = await alice.evaluate(
+    (url) =>
+      new Promise((resolve, reject) => {
+        const ws = new WebSocket(url);
+        ws.onopen = () => {
+          resolve(ws.extensions);
+          ws.close();
+        };
+        ws.onerror = () => reject(new Error("probe socket failed"));
+      }),
+    base.replace(/^http/, "ws") + "/chat/ws?room=probe&name=probe",
+  );
+  console.log("extensions:", extensions);
+  if (!extensions.startsWith("permessage-deflate")) {
+    throw new Error(`compression not negotiated: ${JSON.stringify(extensions)}`);
+  }
   await bob.close();
   await logHas(alice, "bob left");
   console.log("chat ok:", JSON.stringify(await alice.locator("#log").innerText()));

@@ -1,7 +1,8 @@
 //! The WebSocket connection (`net::ws` over `proto::frame`) on arbitrary client bytes, in
 //! arbitrary splits, with sends and closes from the plugin interleaved: it never panics, emits
 //! at most one close event and nothing after it, and everything it writes is a sequence of
-//! well-formed, unmasked server frames.
+//! well-formed, unmasked server frames. The script's first byte also picks whether
+//! permessage-deflate was agreed (and on what terms), so compressed messages go both ways.
 #![no_main]
 
 use std::time::Instant;
@@ -9,6 +10,8 @@ use std::time::Instant;
 use ankh::message::{Outbound, WsEvent};
 use ankh::limits::Limits;
 use ankh::net::ws::WsConn;
+use ankh::proto::ws_deflate::Codec;
+use ankh::proto::ws_extension::negotiate;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -18,7 +21,18 @@ fuzz_target!(|data: &[u8]| {
         ..Limits::default()
     };
     let now = Instant::now();
-    let mut ws = WsConn::new(1, "fuzz".into(), &limits, now);
+    let offers = [
+        None,
+        Some("permessage-deflate"),
+        Some("permessage-deflate; client_no_context_takeover"),
+        Some("permessage-deflate; server_max_window_bits=9; client_max_window_bits=8"),
+    ];
+    let offer = offers[usize::from(script.first().copied().unwrap_or(0) & 3)];
+    let deflate = offer.and_then(|o| {
+        negotiate(&[("sec-websocket-extensions".to_owned(), o.as_bytes().to_vec())])
+    });
+    let mut codec = Codec::default();
+    let mut ws = WsConn::new(1, "fuzz".into(), &limits, now, deflate);
     ws.event_done(); // the open event
     let (mut rbuf, mut wbuf) = (Vec::new(), Vec::new());
     let mut fed = 0;
@@ -34,10 +48,14 @@ fuzz_target!(|data: &[u8]| {
         let end = (fed + usize::from(knob % 32) + 1).min(stream.len());
         rbuf.extend_from_slice(&stream[fed..end]);
         fed = end;
-        ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX);
+        ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX, &mut codec);
         match knob >> 5 {
-            1 => ws.send(&Outbound::text("x".repeat(usize::from(knob))), &mut wbuf),
-            2 => ws.send(&Outbound::binary(vec![knob; 300]), &mut wbuf),
+            1 => ws.send(
+                &Outbound::text("x".repeat(usize::from(knob))),
+                &mut wbuf,
+                &mut codec,
+            ),
+            2 => ws.send(&Outbound::binary(vec![knob; 300]), &mut wbuf, &mut codec),
             3 if knob & 1 == 1 => ws.close(1000, "bye", &mut wbuf, now),
             _ => {}
         }
@@ -55,14 +73,15 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     assert!(closes <= 1);
-    check_frames(&wbuf);
+    check_frames(&wbuf, deflate.is_some());
 });
 
 /// Server frames: FIN/RSV sane, a known opcode, never masked, length as declared.
-fn check_frames(mut out: &[u8]) {
+fn check_frames(mut out: &[u8], compression: bool) {
     while out.len() >= 2 {
         let (b0, b1) = (out[0], out[1]);
-        assert_eq!(b0 & 0x70, 0, "RSV bits set");
+        let rsv1_ok = compression && matches!(b0 & 0x0f, 0x1 | 0x2);
+        assert_eq!(b0 & if rsv1_ok { 0x30 } else { 0x70 }, 0, "RSV bits set");
         assert!(
             matches!(b0 & 0x0f, 0x0 | 0x1 | 0x2 | 0x8 | 0x9 | 0xA),
             "opcode {b0:#x}"

@@ -33,6 +33,7 @@ pub(crate) fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report>
         kv_max_bytes: config.limits.kv_max_bytes,
         ws_max_message_bytes: config.limits.ws_max_message_bytes,
         max_body_bytes: config.limits.max_body_bytes,
+        ws_compression: config.limits.ws_compression,
         pooling: false,
         cache_dir: config.cache_dir.clone(),
         // Checking runs start code only: it must not touch (or lock) the server's data.
@@ -160,6 +161,15 @@ fn describe(policy: &Policy, text: &mut String) {
         text,
         "  key-value:     {} bytes at most",
         policy.kv_max_bytes
+    );
+    let _ = writeln!(
+        text,
+        "  websockets:    {}",
+        if policy.ws_compression {
+            "permessage-deflate when the client offers it"
+        } else {
+            "uncompressed (ws_compression = false)"
+        }
     );
     if let Some(n) = policy.max_concurrency {
         let _ = writeln!(text, "  concurrency:   {n} requests at once");

@@ -108,8 +108,23 @@ impl EventLoop {
             limits: &self.limits,
             hub: &self.hub,
             events: &mut self.dispatcher,
+            codec: &mut self.codec,
         };
         let liveness = event(conn, &mut ctx);
+        if self.codec.counts != self.codec_reported {
+            let (now, was) = (self.codec.counts, self.codec_reported);
+            if now.failures > was.failures {
+                tracing::error!(
+                    "the deflate library panicked (a bug there); the compressor was replaced and the message handled without it"
+                );
+            }
+            self.metrics.ws_deflate(
+                now.deflated - was.deflated,
+                now.inflated - was.inflated,
+                now.compressed_frames - was.compressed_frames,
+            );
+            self.codec_reported = now;
+        }
         self.settle(slot, liveness);
     }
 
@@ -181,7 +196,8 @@ impl EventLoop {
                     bytes,
                     ws,
                     plugin,
-                } => self.upgrade(conn, seq, &bytes, ws, plugin),
+                    deflate,
+                } => self.upgrade(conn, seq, &bytes, ws, plugin, deflate),
                 Reply::EventDone { conn, ws } => {
                     if let Some(plugin) = self.ghosts.remove(&ws) {
                         let close = WsEvent::Close {
@@ -227,7 +243,15 @@ impl EventLoop {
     /// Request `seq` of `id` was accepted as WebSocket `ws`: the HTTP connection is consumed
     /// and its parts become a WebSocket connection in the same slot. A client that left before
     /// this still gets its close event delivered (see `ghosts`).
-    fn upgrade(&mut self, id: ConnId, seq: u64, switching: &[u8], ws: WsId, plugin: Arc<str>) {
+    fn upgrade(
+        &mut self,
+        id: ConnId,
+        seq: u64,
+        switching: &[u8],
+        ws: WsId,
+        plugin: Arc<str>,
+        deflate: Option<crate::proto::ws_extension::Deflate>,
+    ) {
         if !matches!(self.conn(id.slot, Some(id)), Some(Conn::Http(_))) {
             self.hub.closed(ws);
             self.ghosts.insert(ws, plugin);
@@ -246,7 +270,7 @@ impl EventLoop {
             }
         };
         let draining = self.drain_deadline.is_some();
-        let conn = WsConnection::new(parts, ws, plugin, &self.limits, draining);
+        let conn = WsConnection::new(parts, ws, plugin, &self.limits, deflate, draining);
         let id = self.reinsert(id, Conn::WebSocket(Box::new(conn)));
         self.websockets.insert(ws, id);
         self.with_ws(id, |c, ctx| c.on_ready(false, ctx));

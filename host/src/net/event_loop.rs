@@ -53,6 +53,10 @@ pub struct EventLoop {
     pub(super) limits: Limits,
     pub(super) hub: Arc<Hub>,
     pub(super) metrics: Arc<crate::metrics::Metrics>,
+    /// permessage-deflate's compressors and inflater, shared by this loop's WebSockets.
+    pub(super) codec: crate::proto::ws_deflate::Codec,
+    /// What `codec` had done when last added to `metrics`.
+    pub(super) codec_reported: crate::proto::ws_deflate::Counts,
     /// Where each open WebSocket lives, for messages from plugins.
     pub(super) websockets: HashMap<WsId, ConnId>,
     /// Upgrades whose client left before the 101 could be written: once their open event
@@ -159,6 +163,8 @@ impl EventLoop {
                 limits,
                 hub,
                 metrics,
+                codec: Default::default(),
+                codec_reported: Default::default(),
                 websockets: HashMap::new(),
                 ghosts: HashMap::new(),
                 command,

@@ -19,8 +19,10 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::limits::{Limits, WS_CLOSE_TIMEOUT, WS_MAX_QUEUED_EVENTS};
-use crate::message::{Outbound, WsEvent, WsId};
-use crate::proto::frame::{self, Event, FrameReader, close_code, opcode};
+use crate::message::{Outbound, WsEvent, WsId, WsMessage};
+use crate::proto::frame::{self, Event, FrameReader, Violation, close_code, opcode};
+use crate::proto::ws_deflate::{Codec, InflateError, Window};
+use crate::proto::ws_extension::Deflate;
 
 /// Where the protocol is.
 #[derive(Debug)]
@@ -57,6 +59,12 @@ pub struct WsConn {
     /// The plugin that accepted the upgrade; its current version gets the events.
     pub plugin: std::sync::Arc<str>,
     reader: FrameReader,
+    /// permessage-deflate's terms, when agreed.
+    deflate: Option<Deflate>,
+    /// What the client's next compressed message may refer back to (only when it keeps its
+    /// compression context; created with its first compressed message).
+    window: Option<Window>,
+    max_message: usize,
     phase: Phase,
     events: VecDeque<WsEvent>,
     /// An event (the open event, first) is with a worker.
@@ -69,12 +77,23 @@ pub struct WsConn {
 }
 
 impl WsConn {
-    /// A connection whose open event is already running on a worker.
-    pub fn new(id: WsId, plugin: std::sync::Arc<str>, limits: &Limits, now: Instant) -> Self {
+    /// A connection whose open event is already running on a worker; `deflate`: the
+    /// permessage-deflate terms its handshake agreed, if any.
+    pub fn new(
+        id: WsId,
+        plugin: std::sync::Arc<str>,
+        limits: &Limits,
+        now: Instant,
+        deflate: Option<Deflate>,
+    ) -> Self {
         WsConn {
             id,
             plugin,
-            reader: FrameReader::new(limits.ws_max_message_bytes),
+            reader: FrameReader::new(limits.ws_max_message_bytes)
+                .with_compression(deflate.is_some()),
+            deflate,
+            window: None,
+            max_message: limits.ws_max_message_bytes,
             phase: Phase::Open,
             events: VecDeque::new(),
             in_flight: true,
@@ -116,9 +135,9 @@ impl WsConn {
         self.finished() && self.close_event == CloseEvent::Delivered && !self.in_flight
     }
 
-    /// Bytes held for a message in progress.
+    /// Bytes held for a message in progress, and the client's compression window.
     pub fn buffered(&self) -> usize {
-        self.reader.buffered()
+        self.reader.buffered() + self.window.as_ref().map_or(0, Window::held)
     }
 
     /// Reads buffered input into events, answering control frames into `wbuf` (a Ping gets
@@ -133,6 +152,7 @@ impl WsConn {
         wbuf: &mut Vec<u8>,
         now: Instant,
         max_backlog: usize,
+        codec: &mut Codec,
     ) {
         let mut pos = 0;
         while self.wants_input() && wbuf.len() <= max_backlog && pos < rbuf.len() {
@@ -144,18 +164,29 @@ impl WsConn {
             }
             match read.outcome {
                 Ok(None) => break,
-                Ok(Some(event)) => self.on_frame(event, wbuf, now),
+                Ok(Some(event)) => self.on_frame(event, wbuf, now, codec),
                 Err(violation) => self.fail(violation),
             }
         }
         rbuf.drain(..pos);
     }
 
-    fn on_frame(&mut self, event: Event, wbuf: &mut Vec<u8>, now: Instant) {
+    fn on_frame(&mut self, event: Event, wbuf: &mut Vec<u8>, now: Instant, codec: &mut Codec) {
         match event {
             Event::Message(message) => {
                 if self.open() {
                     self.events.push_back(WsEvent::Message(message));
+                }
+            }
+            Event::Deflated { text, payload } => {
+                if self.open() {
+                    match self.inflate(text, &payload, codec) {
+                        Ok(message) => self.events.push_back(WsEvent::Message(message)),
+                        Err(violation) => {
+                            self.reader.discard();
+                            self.fail(violation);
+                        }
+                    }
                 }
             }
             Event::Ping(payload) => {
@@ -165,6 +196,42 @@ impl WsConn {
             }
             Event::Pong => {}
             Event::Close(close) => self.on_peer_close(close, wbuf, now),
+        }
+    }
+
+    /// A compressed message, inflated within the message limit and, for text, checked for
+    /// UTF-8.
+    fn inflate(
+        &mut self,
+        text: bool,
+        payload: &[u8],
+        codec: &mut Codec,
+    ) -> Result<WsMessage, Violation> {
+        let Some(deflate) = self.deflate else {
+            return Err(Violation::Protocol(
+                "a compressed message without the extension",
+            ));
+        };
+        let window = if deflate.client_no_context_takeover {
+            None
+        } else {
+            Some(
+                self.window
+                    .get_or_insert_with(|| Window::new(deflate.client_max_window_bits)),
+            )
+        };
+        let bytes = codec
+            .inflate(payload, window, self.max_message)
+            .map_err(|e| match e {
+                InflateError::TooBig => Violation::TooBig,
+                InflateError::Corrupt => Violation::BadCompression,
+            })?;
+        if text {
+            String::from_utf8(bytes)
+                .map(WsMessage::Text)
+                .map_err(|_| Violation::InvalidUtf8)
+        } else {
+            Ok(WsMessage::Binary(bytes))
         }
     }
 
@@ -250,14 +317,24 @@ impl WsConn {
         }
     }
 
-    /// A message from the plugin. Dropped once the connection is closing.
-    pub fn send(&mut self, message: &Outbound, wbuf: &mut Vec<u8>) {
-        if self.can_send() {
-            let code = if message.text {
-                opcode::TEXT
-            } else {
-                opcode::BINARY
-            };
+    /// A message from the plugin, compressed when the connection agreed to it and the message
+    /// shrinks. Dropped once the connection is closing.
+    pub fn send(&mut self, message: &Outbound, wbuf: &mut Vec<u8>, codec: &mut Codec) {
+        if !self.can_send() {
+            return;
+        }
+        let code = if message.text {
+            opcode::TEXT
+        } else {
+            opcode::BINARY
+        };
+        if let Some(deflate) = self.deflate
+            && let Some(compressed) =
+                codec.compress(&message.payload, deflate.server_max_window_bits)
+        {
+            codec.counts.compressed_frames += 1;
+            frame::write_message(wbuf, code, true, &compressed);
+        } else {
             frame::write_frame(wbuf, code, &message.payload);
         }
     }

@@ -16,6 +16,8 @@ use crate::hub::Hub;
 use crate::limits::Limits;
 use crate::message::{ConnId, Outbound, WsEvent, WsId};
 use crate::proto::frame::close_code;
+use crate::proto::ws_deflate::Codec;
+use crate::proto::ws_extension::Deflate;
 
 /// Hands a WebSocket's events to its plugin (the dispatcher, in the server).
 pub trait Events {
@@ -35,6 +37,8 @@ pub struct WsCtx<'a> {
     pub limits: &'a Limits,
     pub hub: &'a Hub,
     pub events: &'a mut dyn Events,
+    /// The I/O thread's permessage-deflate compressors and inflater.
+    pub codec: &'a mut Codec,
 }
 
 /// One upgraded connection.
@@ -51,12 +55,14 @@ pub struct WsConnection<S> {
 
 impl<S: Transport> WsConnection<S> {
     /// Takes over an upgraded HTTP connection as WebSocket `ws` of `plugin`, whose open event
-    /// is already running on a worker. While draining, it starts closing at once (1001).
+    /// is already running on a worker, with the permessage-deflate terms its handshake agreed.
+    /// While draining, it starts closing at once (1001).
     pub fn new(
         parts: Upgraded<S>,
         ws: WsId,
         plugin: std::sync::Arc<str>,
         limits: &Limits,
+        deflate: Option<Deflate>,
         draining: bool,
     ) -> Self {
         let now = Instant::now();
@@ -66,7 +72,7 @@ impl<S: Transport> WsConnection<S> {
             peer: parts.peer,
             input: parts.input,
             out: parts.out,
-            ws: WsConn::new(ws, plugin, limits, now),
+            ws: WsConn::new(ws, plugin, limits, now, deflate),
             bytes_out: 0,
         };
         if draining {
@@ -111,8 +117,8 @@ impl<S: Transport> WsConnection<S> {
             self.ws.peer_gone();
             ctx.hub.closed(self.ws.id);
         } else {
-            let ws = &mut self.ws;
-            self.out.append(|buf| ws.send(message, buf));
+            let (ws, codec) = (&mut self.ws, &mut *ctx.codec);
+            self.out.append(|buf| ws.send(message, buf, codec));
         }
         self.advance(ctx)
     }
@@ -172,9 +178,10 @@ impl<S: Transport> WsConnection<S> {
         loop {
             self.flush_or_drop();
             if self.ws.wants_input() {
-                let (ws, input) = (&mut self.ws, &mut self.input);
-                self.out
-                    .append(|buf| ws.read_frames(&mut input.buf, buf, Instant::now(), max_backlog));
+                let (ws, input, codec) = (&mut self.ws, &mut self.input, &mut *ctx.codec);
+                self.out.append(|buf| {
+                    ws.read_frames(&mut input.buf, buf, Instant::now(), max_backlog, codec)
+                });
             }
             // Once the socket is done, or the plugin is told of the close, sending to this
             // connection reports `closed`. Until then, plugins can still answer messages that

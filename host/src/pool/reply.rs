@@ -28,6 +28,8 @@ pub enum Reply {
         bytes: Vec<u8>,
         ws: WsId,
         plugin: Arc<str>,
+        /// The permessage-deflate terms the `101` accepted, if any.
+        deflate: Option<crate::proto::ws_extension::Deflate>,
     },
     /// The event handed out for `ws` finished; the next one may go.
     EventDone { conn: ConnId, ws: WsId },

@@ -292,7 +292,14 @@ impl Worker {
             call.respond_error(500, &message);
             return;
         }
-        let bytes = ws::switching_protocols(&accept, protocol.as_deref(), &extra);
+        let deflate = if plugin.policy.ws_compression {
+            crate::proto::ws_extension::negotiate(&headers)
+        } else {
+            None
+        };
+        let extension = deflate.map(|d| d.response());
+        let bytes =
+            ws::switching_protocols(&accept, protocol.as_deref(), extension.as_deref(), &extra);
         let ws_id = self.link.hub.open(&plugin.name);
         call.mark_upgraded();
         call.log_upgrade();
@@ -302,6 +309,7 @@ impl Worker {
             bytes,
             ws: ws_id,
             plugin: plugin.name.clone(),
+            deflate,
         });
         // The instance that accepted is the one that opens.
         if let Some(instance) = self.instances.get_mut(&plugin.name)

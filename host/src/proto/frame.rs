@@ -5,11 +5,13 @@
 //! complete data message, a Ping, a Pong, a Close) or says it needs more; it never needs a
 //! whole frame at once, so any split of the stream reads the same. Every rule the server
 //! enforces is here, each violation mapped to its close code (§7.4.1):
-//! - 1002: an unmasked frame, RSV bits, an unknown opcode, a fragmented or long control frame,
+//! - 1002: an unmasked frame, RSV bits (RSV1 is allowed on the first frame of a data message
+//!   once permessage-deflate is agreed, see [`FrameReader::with_compression`]), an unknown opcode, a fragmented or long control frame,
 //!   a continuation without a start or a new message inside one, a 64-bit length with its top
 //!   bit set, a malformed Close;
 //! - 1009: a message (all its fragments) over the limit, refused as soon as a frame header
-//!   says so, before its payload is buffered;
+//!   says so, before its payload is buffered (a compressed message is held compressed, up to
+//!   [`compressed_cap`]; its inflated size is checked while it is inflated, by the caller);
 //! - 1007: invalid UTF-8 in a text message or a close reason, found as soon as the bad byte
 //!   arrives, mid-frame, not at the end of the message.
 //!
@@ -64,6 +66,12 @@ pub enum Event {
     Pong,
     /// A Close, with its code and reason if it had them.
     Close(Option<(u16, String)>),
+    /// A complete compressed data message (RSV1 set), fragments joined, still compressed:
+    /// the caller inflates it, checks its size and, for text, its UTF-8.
+    Deflated {
+        text: bool,
+        payload: Vec<u8>,
+    },
 }
 
 /// How the peer broke the protocol; each maps to one close code.
@@ -72,6 +80,8 @@ pub enum Violation {
     Protocol(&'static str),
     TooBig,
     InvalidUtf8,
+    /// A compressed message that is not a valid deflate stream.
+    BadCompression,
 }
 
 impl Violation {
@@ -79,7 +89,7 @@ impl Violation {
         match self {
             Violation::Protocol(_) => close_code::PROTOCOL_ERROR,
             Violation::TooBig => close_code::TOO_BIG,
-            Violation::InvalidUtf8 => close_code::INVALID_DATA,
+            Violation::InvalidUtf8 | Violation::BadCompression => close_code::INVALID_DATA,
         }
     }
 
@@ -89,6 +99,7 @@ impl Violation {
             Violation::Protocol(_) => "protocol error",
             Violation::TooBig => "message too big",
             Violation::InvalidUtf8 => "invalid UTF-8",
+            Violation::BadCompression => "invalid compressed data",
         }
     }
 }
@@ -99,6 +110,7 @@ impl std::fmt::Display for Violation {
             Violation::Protocol(why) => write!(f, "protocol error: {why}"),
             Violation::TooBig => f.write_str("message too big"),
             Violation::InvalidUtf8 => f.write_str("invalid UTF-8"),
+            Violation::BadCompression => f.write_str("invalid compressed data"),
         }
     }
 }
@@ -127,6 +139,8 @@ enum At {
 #[derive(Debug)]
 struct Assembly {
     text: bool,
+    /// Compressed (RSV1 on its first frame): held as sent, validated once inflated.
+    compressed: bool,
     bytes: Vec<u8>,
     /// Bytes of `bytes` already known to be valid UTF-8 (text only).
     validated: usize,
@@ -136,6 +150,8 @@ struct Assembly {
 #[derive(Debug)]
 pub struct FrameReader {
     max_message: usize,
+    /// permessage-deflate was agreed: RSV1 may mark a compressed message.
+    compression: bool,
     at: At,
     message: Option<Assembly>,
     control: Vec<u8>,
@@ -160,6 +176,7 @@ impl FrameReader {
     pub fn new(max_message: usize) -> Self {
         FrameReader {
             max_message,
+            compression: false,
             at: At::Header,
             message: None,
             control: Vec::new(),
@@ -167,6 +184,13 @@ impl FrameReader {
             broken: false,
             peer_closed: false,
         }
+    }
+
+    /// A reader for a connection that agreed on permessage-deflate: RSV1 on the first frame
+    /// of a data message marks it compressed, and it is reported as [`Event::Deflated`].
+    pub fn with_compression(mut self, on: bool) -> Self {
+        self.compression = on;
+        self
     }
 
     /// Whether the peer sent a Close (a malformed one included): its side of the closing
@@ -221,7 +245,7 @@ impl FrameReader {
                     let checked = if self.discard {
                         Ok(())
                     } else {
-                        check_header(&header)
+                        check_header(&header, self.compression)
                     };
                     if let Err(v) = checked.and_then(|()| self.begin(&header)) {
                         // The rest of this frame is skipped; what follows is read as frames.
@@ -295,16 +319,18 @@ impl FrameReader {
                         "a continuation with no message to continue",
                     ));
                 };
-                self.check_size(message.bytes.len(), h.len)
+                self.check_size(message.bytes.len(), h.len, message.compressed)
             }
             _ => {
                 if self.message.is_some() {
                     return Err(Violation::Protocol("a new message inside a fragmented one"));
                 }
-                self.check_size(0, h.len)?;
+                let compressed = h.rsv & RSV1 != 0;
+                self.check_size(0, h.len, compressed)?;
                 let cap = usize::try_from(h.len).unwrap_or(0).min(64 * 1024);
                 self.message = Some(Assembly {
                     text: h.opcode == opcode::TEXT,
+                    compressed,
                     bytes: Vec::with_capacity(cap),
                     validated: 0,
                 });
@@ -313,9 +339,14 @@ impl FrameReader {
         }
     }
 
-    fn check_size(&self, have: usize, more: u64) -> Result<(), Violation> {
+    fn check_size(&self, have: usize, more: u64, compressed: bool) -> Result<(), Violation> {
         let total = (have as u64).saturating_add(more);
-        if total > self.max_message as u64 {
+        let limit = if compressed {
+            compressed_cap(self.max_message)
+        } else {
+            self.max_message
+        };
+        if total > limit as u64 {
             return Err(Violation::TooBig);
         }
         Ok(())
@@ -343,7 +374,7 @@ impl FrameReader {
             return Ok(());
         };
         unmask(&mut message.bytes);
-        if message.text {
+        if message.text && !message.compressed {
             // Only what is new, and a sequence cut at the end of the input is not yet wrong.
             match std::str::from_utf8(&message.bytes[message.validated..]) {
                 Ok(_) => message.validated = message.bytes.len(),
@@ -369,6 +400,12 @@ impl FrameReader {
                 let Some(message) = self.message.take() else {
                     return Ok(None);
                 };
+                if message.compressed {
+                    return Ok(Some(Event::Deflated {
+                        text: message.text,
+                        payload: message.bytes,
+                    }));
+                }
                 if message.text {
                     // Everything is validated but a sequence cut at the very end.
                     let text =
@@ -425,9 +462,20 @@ fn parse_header(input: &[u8]) -> Result<Option<(Header, usize)>, Violation> {
     Ok(Some((header, at)))
 }
 
-/// The rules a client frame header must follow (RFC 6455 §5.1-§5.5).
-fn check_header(h: &Header) -> Result<(), Violation> {
-    if h.rsv != 0 {
+/// RSV1: a compressed message, under permessage-deflate (RFC 7692 §6).
+const RSV1: u8 = 0x40;
+
+/// The most a compressed message may take on the wire before it is inflated: the message
+/// limit plus what deflate adds to data that does not compress (5 bytes per 64 KiB stored
+/// block) and a margin. Its inflated size is held to the limit itself.
+pub fn compressed_cap(max_message: usize) -> usize {
+    max_message.saturating_add(max_message / 64 + 1024)
+}
+
+/// The rules a client frame header must follow (RFC 6455 §5.1-§5.5, RFC 7692 §6.1).
+fn check_header(h: &Header, compression: bool) -> Result<(), Violation> {
+    let rsv1_allowed = compression && matches!(h.opcode, opcode::TEXT | opcode::BINARY);
+    if h.rsv & !RSV1 != 0 || (h.rsv & RSV1 != 0 && !rsv1_allowed) {
         return Err(Violation::Protocol("reserved bits set"));
     }
     if !matches!(
@@ -470,7 +518,13 @@ fn parse_close(payload: &[u8]) -> Result<Option<(u16, String)>, Violation> {
 
 /// Appends one unmasked, final server frame.
 pub fn write_frame(out: &mut Vec<u8>, opcode: u8, payload: &[u8]) {
-    out.push(0x80 | opcode);
+    write_message(out, opcode, false, payload);
+}
+
+/// Appends one unmasked, final server frame; `compressed` sets RSV1 (a data message whose
+/// payload is deflated, RFC 7692 §6).
+pub fn write_message(out: &mut Vec<u8>, opcode: u8, compressed: bool, payload: &[u8]) {
+    out.push(0x80 | if compressed { RSV1 } else { 0 } | opcode);
     match payload.len() {
         n if n < 126 => out.push(n as u8),
         n if n <= usize::from(u16::MAX) => {
@@ -660,6 +714,54 @@ mod tests {
             ]
         );
         assert!(reader.buffered() < 1000, "{} bytes held", reader.buffered());
+    }
+
+    #[test]
+    fn rsv1_marks_a_compressed_message_only_where_allowed() {
+        // Fragmented: RSV1 on the first frame only, a Ping in between.
+        let mut input = client_frame(0x40 | opcode::TEXT, &[1, 2, 3]);
+        input.extend(client_frame(0x80 | opcode::PING, b""));
+        input.extend(client_frame(0x80 | opcode::CONTINUATION, &[4, 5]));
+        input.extend(client_frame(0x80 | opcode::BINARY, b"plain"));
+        let expected = vec![
+            Ok(Event::Ping(Vec::new())),
+            Ok(Event::Deflated {
+                text: true,
+                payload: vec![1, 2, 3, 4, 5],
+            }),
+            Ok(Event::Message(WsMessage::Binary(b"plain".to_vec()))),
+        ];
+        for split in 1..=input.len() {
+            let mut reader = FrameReader::new(1024).with_compression(true);
+            assert_eq!(events(&mut reader, &input, split), expected, "{split}");
+        }
+        let protocol = |reader: FrameReader, input: &[u8]| {
+            let mut reader = reader;
+            let got = events(&mut reader, input, input.len());
+            matches!(got.first(), Some(Err(v)) if v.close_code() == 1002)
+        };
+        let on = || FrameReader::new(1024).with_compression(true);
+        // Not agreed; on a continuation; on a control frame; RSV2 and RSV3 stay reserved.
+        assert!(protocol(FrameReader::new(1024), &client_frame(0xC1, b"a")));
+        let mut cont = client_frame(0x40 | opcode::TEXT, b"a");
+        cont.extend(client_frame(0xC0, b"b"));
+        assert!(protocol(on(), &cont));
+        assert!(protocol(on(), &client_frame(0xC9, b"")));
+        assert!(protocol(on(), &client_frame(0xE1, b"a")));
+        assert!(protocol(on(), &client_frame(0x91, b"a")));
+        // Compressed text is not checked for UTF-8 before it is inflated.
+        let got = events(&mut on(), &client_frame(0xC1, &[0xff]), 7);
+        assert_eq!(
+            got,
+            vec![Ok(Event::Deflated {
+                text: true,
+                payload: vec![0xff]
+            })]
+        );
+        // Its compressed size is held to the cap, before its payload is read.
+        let big = client_frame(0xC2, &vec![0; compressed_cap(1024) + 1]);
+        let got = events(&mut on(), &big[..16], 16);
+        assert_eq!(got, vec![Err(Violation::TooBig)]);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! - [`body`] decodes a `Content-Length` or chunked body incrementally;
 //! - [`response`] encodes a response, with the headers the host owns and content negotiation;
 //! - [`error`] names every way a client can get the protocol wrong;
-//! - [`ws`] checks a WebSocket handshake, and [`frame`] reads and writes WebSocket frames.
+//! - [`ws`] checks a WebSocket handshake, and [`frame`] reads and writes WebSocket frames;
+//! - [`ws_extension`] negotiates permessage-deflate, and [`ws_deflate`] compresses and inflates.
 
 pub mod body;
 pub mod date;
@@ -15,6 +16,8 @@ pub mod frame;
 pub mod request;
 pub mod response;
 pub mod ws;
+pub mod ws_deflate;
+pub mod ws_extension;
 
 pub use error::ProtoError;
 

@@ -1,6 +1,6 @@
 //! The WebSocket opening handshake (RFC 6455 §4.2): checking the client's request and writing
-//! the `101 Switching Protocols` answer. Framing after the handshake is tungstenite's, driven by
-//! the connection (see `net::ws`).
+//! the `101 Switching Protocols` answer. Framing after the handshake is [`super::frame`]'s, driven by
+//! the connection (see `net::ws`); permessage-deflate is negotiated by [`super::ws_extension`].
 
 use base64::Engine;
 
@@ -90,9 +90,14 @@ pub fn offered_protocols(headers: &[Header]) -> Vec<String> {
         .collect()
 }
 
-/// The `101 Switching Protocols` response. `extra` headers come from the plugin and must
-/// already be validated.
-pub fn switching_protocols(accept: &str, protocol: Option<&str>, extra: &[Header]) -> Vec<u8> {
+/// The `101 Switching Protocols` response, with the subprotocol and the extensions agreed.
+/// `extra` headers come from the plugin and must already be validated.
+pub fn switching_protocols(
+    accept: &str,
+    protocol: Option<&str>,
+    extensions: Option<&str>,
+    extra: &[Header],
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(192);
     out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: ");
     out.extend_from_slice(accept.as_bytes());
@@ -100,6 +105,11 @@ pub fn switching_protocols(accept: &str, protocol: Option<&str>, extra: &[Header
     if let Some(p) = protocol {
         out.extend_from_slice(b"sec-websocket-protocol: ");
         out.extend_from_slice(p.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if let Some(e) = extensions {
+        out.extend_from_slice(b"sec-websocket-extensions: ");
+        out.extend_from_slice(e.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
     for (name, value) in extra {

@@ -35,6 +35,8 @@ pub struct RuntimeConfig {
     pub ws_max_message_bytes: usize,
     /// The largest request body (plugins may lower it).
     pub max_body_bytes: u64,
+    /// Whether WebSockets negotiate permessage-deflate (plugins may turn it off).
+    pub ws_compression: bool,
     /// Use the pooling instance allocator (falls back to on-demand if it cannot be set up).
     pub pooling: bool,
     /// Where compiled plugins are cached, keyed by content and engine settings; `None` turns

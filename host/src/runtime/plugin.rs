@@ -109,6 +109,7 @@ impl Plugin {
             handler_timeout: runtime.config.handler_timeout,
             kv_max_bytes: runtime.config.kv_max_bytes,
             max_body_bytes: runtime.config.max_body_bytes,
+            ws_compression: runtime.config.ws_compression,
             ..Limits::default()
         };
         let policy =

@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! routes = ["/api", "/v1/api"]        # mount prefixes instead of /NAME
+//! ws_compression = false              # decline permessage-deflate (default: the server's)
 //!
 //! [limits]
 //! cpu_deadline_ms = 500               # per request or event
@@ -62,6 +63,8 @@ pub struct Policy {
     pub recycle_after: Option<u64>,
     /// Replace a reused instance whose linear memory grew more than this past its start.
     pub recycle_growth_bytes: usize,
+    /// Whether this plugin's WebSockets negotiate permessage-deflate.
+    pub ws_compression: bool,
     /// The policy file, if there was one.
     pub source: Option<PathBuf>,
     /// Entries of `capabilities.dirs` as written, checked once the file is read.
@@ -132,6 +135,15 @@ pub static SETTINGS: &[Setting<Policy>] = &[
         default: || Value::Unset,
         apply: |p, v| p.routes = v.list(),
         read: |p| Value::List(p.routes.clone()),
+    },
+    Setting {
+        key: "ws_compression",
+        flag: Flag::None,
+        kind: Kind::Switch,
+        doc: "Negotiate permessage-deflate on this plugin's WebSockets (default: the server's ws_compression)",
+        default: || Value::Unset,
+        apply: |p, v| p.ws_compression = v.bool(),
+        read: |p| Value::Bool(p.ws_compression),
     },
     policy_number!(
         "limits.cpu_deadline_ms",
@@ -317,6 +329,7 @@ impl Policy {
             fresh_instances: false,
             recycle_after: None,
             recycle_growth_bytes: crate::limits::INSTANCE_RECYCLE_GROWTH_BYTES,
+            ws_compression: limits.ws_compression,
             source: None,
             dir_entries: Vec::new(),
         }

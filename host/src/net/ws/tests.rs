@@ -16,7 +16,7 @@ fn conn() -> WsConn {
         ws_max_message_bytes: 100,
         ..Limits::default()
     };
-    let mut ws = WsConn::new(1, "p".into(), &limits, Instant::now());
+    let mut ws = WsConn::new(1, "p".into(), &limits, Instant::now(), None);
     ws.event_done(); // the open event
     ws
 }
@@ -36,12 +36,18 @@ fn a_peers_close_is_echoed_after_the_answers_to_what_came_before() {
     let mut rbuf = masked(0x81, b"hi");
     rbuf.extend(masked(0x88, &[0x03, 0xe8]));
     let mut wbuf = Vec::new();
-    ws.read_frames(&mut rbuf, &mut wbuf, Instant::now(), usize::MAX);
+    ws.read_frames(
+        &mut rbuf,
+        &mut wbuf,
+        Instant::now(),
+        usize::MAX,
+        &mut Codec::default(),
+    );
     assert!(wbuf.is_empty(), "the echo waits for the plugin");
     let first = ws.next_event().unwrap();
     assert_eq!(first, WsEvent::Message(WsMessage::Text("hi".into())));
     // The plugin answers, then finishes.
-    ws.send(&Outbound::text("answer"), &mut wbuf);
+    ws.send(&Outbound::text("answer"), &mut wbuf, &mut Codec::default());
     ws.event_done();
     ws.settle(&mut wbuf, Instant::now());
     assert!(!ws.finished(), "the close event is not reached yet");
@@ -69,7 +75,7 @@ fn a_violation_waits_for_the_peers_close_before_tcp_closes() {
     rbuf[1] = 0x80 | 101;
     let mut wbuf = Vec::new();
     let now = Instant::now();
-    ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX);
+    ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX, &mut Codec::default());
     assert!(matches!(
         drain_events(&mut ws)[..],
         [WsEvent::Close {
@@ -83,7 +89,7 @@ fn a_violation_waits_for_the_peers_close_before_tcp_closes() {
     assert!(!ws.finished(), "TCP stays open for the peer's Close");
     // Then the peer's Close completes the handshake.
     let mut rbuf = masked(0x88, &[0x03, 0xf1]);
-    ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX);
+    ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX, &mut Codec::default());
     assert!(ws.finished());
     assert!(ws.done());
 }
@@ -96,7 +102,7 @@ fn a_malformed_close_is_answered_and_ends_the_handshake() {
     let mut rbuf = masked(0x88, &[0x03]);
     let mut wbuf = Vec::new();
     let now = Instant::now();
-    ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX);
+    ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX, &mut Codec::default());
     drain_events(&mut ws);
     ws.settle(&mut wbuf, now);
     assert_eq!(&wbuf[2..4], &1002u16.to_be_bytes());
@@ -109,7 +115,7 @@ fn a_close_without_an_answer_ends_at_the_timeout() {
     let mut wbuf = Vec::new();
     let now = Instant::now();
     ws.close(1000, "bye", &mut wbuf, now);
-    ws.send(&Outbound::text("late"), &mut wbuf);
+    ws.send(&Outbound::text("late"), &mut wbuf, &mut Codec::default());
     assert_eq!(wbuf[0], 0x88, "nothing after our Close");
     assert_eq!(wbuf.len(), 2 + 2 + 3);
     assert!(!ws.on_timer(now + WS_CLOSE_TIMEOUT / 2, &mut wbuf));
