@@ -425,13 +425,20 @@ fn ten_thousand_abandoned_exchanges_leak_nothing() {
             }
         };
     };
+    // The server still serves. Right after the burst its queue may still be full of the
+    // abandoned requests, and a 503 ("busy, try again") is then the right answer: try again.
+    let serves = || {
+        s.eventually("/probe/status/200?body=x", |status, body| {
+            status == 200 && body == "x"
+        });
+    };
     // The descriptor count once the server has noticed every departure: the same for three
     // looks in a row.
     let settled = || {
         let mut seen = Vec::new();
         let started = Instant::now();
         loop {
-            assert_eq!(s.get("/probe/status/200?body=x").1, "x");
+            serves();
             std::thread::sleep(Duration::from_millis(300));
             seen.push(s.open_fds());
             let n = seen.len();
@@ -456,7 +463,7 @@ fn ten_thousand_abandoned_exchanges_leak_nothing() {
     let started = Instant::now();
     let mut fds_after = s.open_fds();
     while fds_after > fds_before + 2 && started.elapsed() < PATIENCE {
-        assert_eq!(s.get("/probe/status/200?body=x").1, "x");
+        serves();
         std::thread::sleep(Duration::from_millis(300));
         fds_after = s.open_fds();
     }
