@@ -34,6 +34,8 @@ fn two_browser_pages_chat_through_the_server() {
     let s = Options::default()
         .plugin(plugins::CHAT)
         .flag("--workers", 4)
+        .arg("--admin")
+        .arg("127.0.0.1:0")
         .start();
     let out = Command::new("node")
         .arg(dir.join("chat.mjs"))
@@ -54,4 +56,10 @@ fn two_browser_pages_chat_through_the_server() {
         "{stdout}"
     );
     assert!(stdout.contains("bob: a long line 0123456789"), "{stdout}");
+    // Chromium compresses what it sends (the server inflated it), and the server compressed
+    // the long line it relayed to both pages.
+    let metrics = crate::admin::scrape(crate::admin::admin_addr(&s));
+    let value = |name| crate::admin::value(&metrics, name, &[]);
+    assert!(value("ankh_ws_messages_inflated_total") >= 1.0, "{stdout}");
+    assert!(value("ankh_ws_compressed_frames_total") >= 2.0, "{stdout}");
 }

@@ -106,3 +106,39 @@ fn issue12_2_clients_see_1009_and_a_clean_close_for_a_message_too_big() {
         assert_eq!(lines, vec!["1009"; TRIES], "{}", s.log());
     }
 }
+
+// See: issue 16. Node's own WebSocket (undici) offers permessage-deflate: it is agreed, and
+// long, binary, incompressible and short messages all come back unchanged. undici inflates
+// what it receives but sends its own messages uncompressed (RFC 7692 lets each message
+// choose): the server's counters show its answers went out compressed and nothing needed
+// inflating.
+#[test]
+fn issue16_node_negotiates_compression_and_every_message_round_trips() {
+    if !node() {
+        return;
+    }
+    let s = Options::default()
+        .plugin(plugins::WSECHO)
+        .arg("--admin")
+        .arg("127.0.0.1:0")
+        .start();
+    let lines = run(Command::new("node")
+        .arg("--experimental-websocket")
+        .arg(scripts().join("ws_deflate.mjs"))
+        .arg(format!("ws://{}/wsecho", s.addr)));
+    assert_eq!(
+        lines,
+        vec![
+            "extensions: permessage-deflate; server_no_context_takeover",
+            "echo ok 4",
+            "close 1000"
+        ],
+        "{}",
+        s.log()
+    );
+    let metrics = crate::admin::scrape(crate::admin::admin_addr(&s));
+    let value = |name| crate::admin::value(&metrics, name, &[]);
+    // The long text and the compressible binary; the noise and the short text went plain.
+    assert_eq!(value("ankh_ws_compressed_frames_total"), 2.0);
+    assert_eq!(value("ankh_ws_messages_deflated_total"), 2.0);
+}
