@@ -192,7 +192,8 @@ fn issue11_3_a_call_whose_client_left_is_cancelled_and_frees_its_worker() {
         assert!(started.elapsed() < PATIENCE, "cancellations: {cancelled}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(s.log().contains("status=499"), "{}", s.log());
+    // Access lines are batched: wait for it.
+    s.wait_for_log("status=499");
 }
 
 // See: issue 11, item 4.

@@ -84,3 +84,28 @@ fn issue12_9_an_empty_plugins_directory_is_reported() {
     let s = Options::default().start();
     s.wait_for_log("no plugin is mounted: every request gets 404 until a NAME.wasm is added");
 }
+
+// Access lines are batched (written every 100 ms, or before any other line), yet every line
+// keeps its place: the access lines of requests answered before a plugin's log line are
+// written before it, and a lone access line still arrives without anything else logged.
+#[test]
+fn batched_access_lines_keep_their_order_and_arrive_on_their_own() {
+    let s = Options::default()
+        .plugin(plugins::HELLO)
+        .plugin(plugins::PROBE)
+        .start();
+    for _ in 0..50 {
+        assert_eq!(s.get("/hello").0, 200);
+    }
+    assert_eq!(s.get("/probe/log?marker=after").0, 200);
+    let log = s.wait_for_log("log after");
+    let marker = log.find("log after").unwrap();
+    let before = log[..marker].matches("GET /hello 200").count();
+    assert_eq!(
+        before, 50,
+        "access lines written after a later line:\n{log}"
+    );
+    // Nothing else is logged after this request: the flusher writes its line.
+    assert_eq!(s.get("/hello").0, 200);
+    s.wait_for_log_count("GET /hello 200", 51);
+}

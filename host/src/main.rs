@@ -1,6 +1,7 @@
 //! The `ankh` command: parse the command line, run the command, turn errors into an exit code.
 
 use std::process::ExitCode;
+use std::sync::OnceLock;
 
 mod cmd;
 
@@ -9,11 +10,19 @@ use ankh::net::event_loop::{Ended, StopHandle};
 use ankh::server::Server;
 use clap::Parser;
 use cmd::cli::{Cli, Command};
+use cmd::log_writer::LogWriter;
 use tracing_subscriber::EnvFilter;
+
+/// The log's writer, once logging started: flushed before the process exits.
+static LOG: OnceLock<LogWriter> = OnceLock::new();
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
+    let result = run(cli);
+    if let Some(log) = LOG.get() {
+        log.flush();
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -33,10 +42,20 @@ fn init_logging(log: &LogConfig) {
     // NO_COLOR (https://no-color.org) turns it off everywhere.
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    // Access lines are batched (see `cmd::log_writer`); everything else is written at once.
+    let writer = LOG
+        .get_or_init(|| {
+            if log.access_log {
+                LogWriter::batching()
+            } else {
+                LogWriter::direct()
+            }
+        })
+        .clone();
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colour)
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     if log.json {
         logs.json().init();
     } else {

@@ -5,4 +5,5 @@ pub(crate) mod build;
 pub(crate) mod check;
 pub(crate) mod cli;
 pub(crate) mod dev;
+pub(crate) mod log_writer;
 pub(crate) mod new;
