@@ -1,10 +1,12 @@
-//! Clients nobody here wrote, where a defect was seen with them (issue 12): Node's `fetch`,
-//! `node:http` and `WebSocket`, and Python's websocket-client. Each scenario runs 20 times in a
-//! row, and all 20 must see the right answer.
+//! Clients nobody here wrote: Node's `fetch`, `node:http` and `WebSocket`, and Python's
+//! websocket-client, where a defect was seen with them (issue 12), each scenario 20 times in a
+//! row, all 20 right; and Node's `WebSocket` and Python's `websockets` negotiating
+//! compression (issue 16).
 //!
-//! Needs Node.js (Debian's `nodejs`) and, for the Python client, `websocket-client` in
-//! `target/py-venv` (see `tests/clients/requirements.txt`; `.ci/run` installs both). Without
-//! them a test says what is missing and passes, except under CI (`CI` set), where it fails.
+//! Needs Node.js (Debian's `nodejs`) and, for the Python clients, `websocket-client` and
+//! `websockets` in `target/py-venv` (see `tests/clients/requirements.txt`; `.ci/run` installs
+//! them). Without them a test says what is missing and passes, except under CI (`CI` set),
+//! where it fails.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,14 +41,19 @@ fn node() -> bool {
 
 /// The Python that has websocket-client, if any.
 fn python_with_websocket_client() -> Option<PathBuf> {
+    python_with("websocket", "websocket-client")
+}
+
+/// The Python in `target/py-venv` that can import `module` (of `package`), if any.
+fn python_with(module: &str, package: &str) -> Option<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let python = root.join("target/py-venv/bin/python");
     let ok = Command::new(&python)
-        .args(["-c", "import websocket"])
+        .args(["-c", &format!("import {module}")])
         .output()
         .is_ok_and(|o| o.status.success());
     available(
-        "websocket-client in target/py-venv",
+        &format!("{package} in target/py-venv"),
         ok,
         "tests/clients/requirements.txt into target/py-venv",
     )
@@ -141,4 +148,36 @@ fn issue16_node_negotiates_compression_and_every_message_round_trips() {
     // The long text and the compressible binary; the noise and the short text went plain.
     assert_eq!(value("ankh_ws_compressed_frames_total"), 2.0);
     assert_eq!(value("ankh_ws_messages_deflated_total"), 2.0);
+}
+
+// See: issue 16. Python's `websockets` compresses what it sends with its context kept across
+// messages (as browsers do), so the server inflates each message against the window of what
+// came before: 51 messages, every echo exact, every one of them inflated.
+#[test]
+fn issue16_python_websockets_compresses_with_context_takeover_both_ways() {
+    let Some(python) = python_with("websockets", "websockets") else {
+        return;
+    };
+    let s = Options::default()
+        .plugin(plugins::WSECHO)
+        .flag("--ws-max-message-bytes", 1 << 20)
+        .arg("--admin")
+        .arg("127.0.0.1:0")
+        .start();
+    let lines = run(Command::new(python)
+        .arg(scripts().join("ws_deflate.py"))
+        .arg(format!("ws://{}/wsecho", s.addr)));
+    assert_eq!(
+        lines,
+        vec![
+            "extensions: permessage-deflate; server_no_context_takeover",
+            "echo ok 51"
+        ],
+        "{}",
+        s.log()
+    );
+    let metrics = crate::admin::scrape(crate::admin::admin_addr(&s));
+    let value = |name| crate::admin::value(&metrics, name, &[]);
+    assert_eq!(value("ankh_ws_messages_inflated_total"), 51.0);
+    assert_eq!(value("ankh_ws_compressed_frames_total"), 51.0);
 }
