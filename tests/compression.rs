@@ -6,7 +6,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 
@@ -313,28 +312,38 @@ fn a_small_server_window_is_honoured_and_no_takeover_clients_share_nothing() {
 #[test]
 fn a_compressed_message_split_at_every_byte_arrives_whole() {
     let s = server(&[]);
-    let (mut stream, mut reader, _) = open(&s, "/wsecho", Some("permessage-deflate"));
+    let admin = admin_addr(&s);
+    let bytes_in = || value(&scrape(admin), "ankh_bytes_in_total", &[]) as usize;
+    // No context takeover: every message is compressed alike, so the same bytes can be cut
+    // at every boundary.
+    let (mut stream, mut reader, ext) = open(
+        &s,
+        "/wsecho",
+        Some("permessage-deflate; client_no_context_takeover"),
+    );
+    assert!(ext.unwrap().contains("client_no_context_takeover"));
     stream.set_nodelay(true).unwrap();
-    let mut z = Compress::new(Compression::default(), false);
     let message = json(300);
-    // Two fragments, so the split also falls in the second header.
-    let mut c = compress(&mut z, &message);
+    let c = compress(&mut Compress::new(Compression::default(), false), &message);
+    // Two fragments, so the cut also falls in the second header.
     let mut wire = frame(RSV1 | TEXT, &c[..c.len() / 2], true);
     wire.extend(frame(FIN | CONT, &c[c.len() / 2..], true));
     for split in 1..wire.len() {
-        // The context moves on, so later messages are shorter: clamp to each one's length.
-        let split = split.min(wire.len() - 1);
+        // The first part, then wait until the server has read exactly it (the bytes-in
+        // counter moves once a read is done), so the second part is a read of its own.
+        let before = bytes_in();
         stream.write_all(&wire[..split]).unwrap();
-        stream.flush().unwrap();
-        // Let the first part be read on its own (if it is not, the split is only coarser).
-        std::thread::sleep(Duration::from_millis(1));
+        let started = std::time::Instant::now();
+        while bytes_in() < before + split {
+            assert!(
+                started.elapsed() < crate::harness::PATIENCE,
+                "split {split} unread"
+            );
+        }
         stream.write_all(&wire[split..]).unwrap();
-        let (_, _, echoed) = read_message(&mut reader, 15);
+        let (_, compressed, echoed) = read_message(&mut reader, 15);
+        assert!(compressed);
         assert_eq!(echoed, message, "split at {split}");
-        // The context moved on: the next message is compressed against it.
-        c = compress(&mut z, &message);
-        wire = frame(RSV1 | TEXT, &c[..c.len() / 2], true);
-        wire.extend(frame(FIN | CONT, &c[c.len() / 2..], true));
     }
 }
 
