@@ -54,12 +54,76 @@ pub enum WsMessage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WsEvent {
     Message(WsMessage),
+    /// A compressed message (permessage-deflate), inflated by the worker that delivers it, so
+    /// inflating never holds up the I/O thread. The plugin sees the [`WsEvent::Message`] it
+    /// inflates to.
+    Compressed(Compressed),
     /// The connection ended; `clean` when the closing handshake completed.
     Close {
         code: u16,
         reason: String,
         clean: bool,
     },
+}
+
+/// A compressed message on its way to a worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compressed {
+    pub text: bool,
+    /// As sent, without the 4-byte tail.
+    pub payload: Vec<u8>,
+    /// The most it may inflate to.
+    pub max: usize,
+    /// For a client that keeps its compression context: what its earlier messages inflated
+    /// to, which this one may refer back into. It travels with the message (a connection has
+    /// one event in flight at a time) and comes back, grown, when the event is done.
+    pub window: Option<DeflateWindow>,
+}
+
+/// The last plaintext a client sent in compressed messages, as far back as its window
+/// reaches: what its next message may refer to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeflateWindow {
+    bytes: Vec<u8>,
+    cap: usize,
+}
+
+impl DeflateWindow {
+    /// A window of 2^`bits` bytes, empty.
+    pub fn new(bits: u8) -> Self {
+        DeflateWindow {
+            bytes: Vec::new(),
+            cap: 1 << bits.clamp(8, 15),
+        }
+    }
+
+    /// What it holds, oldest first.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Bytes held (for memory accounting).
+    pub fn held(&self) -> usize {
+        self.bytes.capacity()
+    }
+
+    /// Adds `data`, keeping only the last `cap` bytes.
+    pub fn push(&mut self, data: &[u8]) {
+        if data.len() >= self.cap {
+            self.bytes.clear();
+            self.bytes.extend_from_slice(&data[data.len() - self.cap..]);
+            return;
+        }
+        let excess = (self.bytes.len() + data.len()).saturating_sub(self.cap);
+        self.bytes.drain(..excess);
+        let need = self.bytes.len() + data.len();
+        if need > self.bytes.capacity() {
+            // Grow by doubling, but never past the window.
+            let target = need.max(self.bytes.capacity() * 2).min(self.cap);
+            self.bytes.reserve_exact(target - self.bytes.len());
+        }
+        self.bytes.extend_from_slice(data);
+    }
 }
 
 /// A cancellation signal, shared by the I/O thread (which fires it when the client leaves) and

@@ -48,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
         let end = (fed + usize::from(knob % 32) + 1).min(stream.len());
         rbuf.extend_from_slice(&stream[fed..end]);
         fed = end;
-        ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX, &mut codec);
+        ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX);
         match knob >> 5 {
             1 => ws.send(
                 &Outbound::text("x".repeat(usize::from(knob))),

@@ -198,7 +198,7 @@ impl EventLoop {
                     plugin,
                     deflate,
                 } => self.upgrade(conn, seq, &bytes, ws, plugin, deflate),
-                Reply::EventDone { conn, ws } => {
+                Reply::EventDone { conn, ws, inflated } => {
                     if let Some(plugin) = self.ghosts.remove(&ws) {
                         let close = WsEvent::Close {
                             code: crate::proto::frame::close_code::ABNORMAL,
@@ -214,7 +214,7 @@ impl EventLoop {
                         }
                         continue;
                     }
-                    self.with_ws(conn, |c, ctx| c.on_event_done(ctx));
+                    self.with_ws(conn, |c, ctx| c.on_event_done(inflated, ctx));
                 }
                 Reply::Send { ws, message } => {
                     if let Some(&conn) = self.websockets.get(&ws) {

@@ -19,9 +19,9 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::limits::{Limits, WS_CLOSE_TIMEOUT, WS_MAX_QUEUED_EVENTS};
-use crate::message::{Outbound, WsEvent, WsId, WsMessage};
+use crate::message::{Compressed, DeflateWindow, Outbound, WsEvent, WsId};
 use crate::proto::frame::{self, Event, FrameReader, Violation, close_code, opcode};
-use crate::proto::ws_deflate::{Codec, InflateError, Window};
+use crate::proto::ws_deflate::Codec;
 use crate::proto::ws_extension::Deflate;
 
 /// Where the protocol is.
@@ -62,8 +62,9 @@ pub struct WsConn {
     /// permessage-deflate's terms, when agreed.
     deflate: Option<Deflate>,
     /// What the client's next compressed message may refer back to (only when it keeps its
-    /// compression context; created with its first compressed message).
-    window: Option<Window>,
+    /// compression context; created with its first compressed message). Away with the worker
+    /// while a compressed message is being inflated.
+    window: Option<DeflateWindow>,
     max_message: usize,
     phase: Phase,
     events: VecDeque<WsEvent>,
@@ -137,7 +138,7 @@ impl WsConn {
 
     /// Bytes held for a message in progress, and the client's compression window.
     pub fn buffered(&self) -> usize {
-        self.reader.buffered() + self.window.as_ref().map_or(0, Window::held)
+        self.reader.buffered() + self.window.as_ref().map_or(0, DeflateWindow::held)
     }
 
     /// Reads buffered input into events, answering control frames into `wbuf` (a Ping gets
@@ -152,7 +153,6 @@ impl WsConn {
         wbuf: &mut Vec<u8>,
         now: Instant,
         max_backlog: usize,
-        codec: &mut Codec,
     ) {
         let mut pos = 0;
         while self.wants_input() && wbuf.len() <= max_backlog && pos < rbuf.len() {
@@ -164,14 +164,14 @@ impl WsConn {
             }
             match read.outcome {
                 Ok(None) => break,
-                Ok(Some(event)) => self.on_frame(event, wbuf, now, codec),
+                Ok(Some(event)) => self.on_frame(event, wbuf, now),
                 Err(violation) => self.fail(violation),
             }
         }
         rbuf.drain(..pos);
     }
 
-    fn on_frame(&mut self, event: Event, wbuf: &mut Vec<u8>, now: Instant, codec: &mut Codec) {
+    fn on_frame(&mut self, event: Event, wbuf: &mut Vec<u8>, now: Instant) {
         match event {
             Event::Message(message) => {
                 if self.open() {
@@ -179,14 +179,14 @@ impl WsConn {
                 }
             }
             Event::Deflated { text, payload } => {
+                // Inflated by the worker that delivers it (see `next_event`).
                 if self.open() {
-                    match self.inflate(text, &payload, codec) {
-                        Ok(message) => self.events.push_back(WsEvent::Message(message)),
-                        Err(violation) => {
-                            self.reader.discard();
-                            self.fail(violation);
-                        }
-                    }
+                    self.events.push_back(WsEvent::Compressed(Compressed {
+                        text,
+                        payload,
+                        max: self.max_message,
+                        window: None,
+                    }));
                 }
             }
             Event::Ping(payload) => {
@@ -196,42 +196,6 @@ impl WsConn {
             }
             Event::Pong => {}
             Event::Close(close) => self.on_peer_close(close, wbuf, now),
-        }
-    }
-
-    /// A compressed message, inflated within the message limit and, for text, checked for
-    /// UTF-8.
-    fn inflate(
-        &mut self,
-        text: bool,
-        payload: &[u8],
-        codec: &mut Codec,
-    ) -> Result<WsMessage, Violation> {
-        let Some(deflate) = self.deflate else {
-            return Err(Violation::Protocol(
-                "a compressed message without the extension",
-            ));
-        };
-        let window = if deflate.client_no_context_takeover {
-            None
-        } else {
-            Some(
-                self.window
-                    .get_or_insert_with(|| Window::new(deflate.client_max_window_bits)),
-            )
-        };
-        let bytes = codec
-            .inflate(payload, window, self.max_message)
-            .map_err(|e| match e {
-                InflateError::TooBig => Violation::TooBig,
-                InflateError::Corrupt => Violation::BadCompression,
-            })?;
-        if text {
-            String::from_utf8(bytes)
-                .map(WsMessage::Text)
-                .map_err(|_| Violation::InvalidUtf8)
-        } else {
-            Ok(WsMessage::Binary(bytes))
         }
     }
 
@@ -390,20 +354,57 @@ impl WsConn {
         !self.in_flight && !self.events.is_empty()
     }
 
-    /// The next event for the plugin, if none is in flight.
+    /// The next event for the plugin, if none is in flight. A compressed message takes the
+    /// client's window with it, for the worker to inflate against; it comes back with
+    /// [`WsConn::event_done_with`].
     pub fn next_event(&mut self) -> Option<WsEvent> {
         if self.in_flight {
             return None;
         }
-        let event = self.events.pop_front()?;
+        let mut event = self.events.pop_front()?;
+        if let WsEvent::Compressed(c) = &mut event
+            && let Some(deflate) = self.deflate
+            && !deflate.client_no_context_takeover
+        {
+            let bits = deflate.client_max_window_bits;
+            c.window = Some(
+                self.window
+                    .take()
+                    .unwrap_or_else(|| DeflateWindow::new(bits)),
+            );
+        }
         self.in_flight = true;
         Some(event)
     }
 
     /// An event could not be handed out (the queue was full): it goes back to the front.
-    pub fn undo_next(&mut self, event: WsEvent) {
+    pub fn undo_next(&mut self, mut event: WsEvent) {
+        if let WsEvent::Compressed(c) = &mut event
+            && let Some(window) = c.window.take()
+        {
+            self.window = Some(window);
+        }
         self.in_flight = false;
         self.events.push_front(event);
+    }
+
+    /// The compressed message in flight was inflated (`Ok`) or broke a rule: the window comes
+    /// back, and a violation fails the connection. Messages that arrived after the bad one
+    /// are not delivered.
+    pub fn event_done_with(
+        &mut self,
+        window: Option<DeflateWindow>,
+        result: Result<(), Violation>,
+    ) {
+        if window.is_some() {
+            self.window = window;
+        }
+        if let Err(violation) = result {
+            self.events.retain(|e| matches!(e, WsEvent::Close { .. }));
+            self.reader.discard();
+            self.fail(violation);
+        }
+        self.event_done();
     }
 
     /// The event in flight finished.

@@ -97,9 +97,22 @@ impl<S: Transport> WsConnection<S> {
         self.advance(ctx)
     }
 
-    /// The event handed out for this WebSocket finished.
-    pub fn on_event_done(&mut self, ctx: &mut WsCtx<'_>) -> Liveness {
-        self.ws.event_done();
+    /// The event handed out for this WebSocket finished; for a compressed message, with what
+    /// inflating it came to.
+    pub fn on_event_done(
+        &mut self,
+        inflated: Option<crate::pool::reply::Inflated>,
+        ctx: &mut WsCtx<'_>,
+    ) -> Liveness {
+        match inflated {
+            Some(inflated) => {
+                if inflated.result.is_ok() {
+                    ctx.codec.counts.inflated += 1;
+                }
+                self.ws.event_done_with(inflated.window, inflated.result);
+            }
+            None => self.ws.event_done(),
+        }
         self.advance(ctx)
     }
 
@@ -178,10 +191,9 @@ impl<S: Transport> WsConnection<S> {
         loop {
             self.flush_or_drop();
             if self.ws.wants_input() {
-                let (ws, input, codec) = (&mut self.ws, &mut self.input, &mut *ctx.codec);
-                self.out.append(|buf| {
-                    ws.read_frames(&mut input.buf, buf, Instant::now(), max_backlog, codec)
-                });
+                let (ws, input) = (&mut self.ws, &mut self.input);
+                self.out
+                    .append(|buf| ws.read_frames(&mut input.buf, buf, Instant::now(), max_backlog));
             }
             // Once the socket is done, or the plugin is told of the close, sending to this
             // connection reports `closed`. Until then, plugins can still answer messages that

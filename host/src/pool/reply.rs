@@ -32,7 +32,12 @@ pub enum Reply {
         deflate: Option<crate::proto::ws_extension::Deflate>,
     },
     /// The event handed out for `ws` finished; the next one may go.
-    EventDone { conn: ConnId, ws: WsId },
+    EventDone {
+        conn: ConnId,
+        ws: WsId,
+        /// For a compressed message: what inflating it came to.
+        inflated: Option<Inflated>,
+    },
     /// A plugin sends a message on `ws`.
     Send { ws: WsId, message: Outbound },
     /// A plugin publishes a message to a topic whose subscribers were these. One reply for
@@ -118,4 +123,12 @@ impl crate::runtime::state::WsOut for ReplyTx {
             },
         );
     }
+}
+
+/// What a worker made of a compressed message: the client's window, back (grown when it
+/// inflated), and whether it inflated within the rules; a violation fails the connection.
+#[derive(Debug)]
+pub struct Inflated {
+    pub window: Option<crate::message::DeflateWindow>,
+    pub result: Result<(), crate::proto::frame::Violation>,
 }

@@ -8,9 +8,11 @@ use std::sync::Arc;
 use crossbeam_channel::Receiver;
 
 use crate::access::Access;
-use crate::message::ConnId;
+use crate::message::{Compressed, ConnId, DeflateWindow, WsEvent, WsId, WsMessage};
 use crate::pool::job::{EventJob, Job, RequestJob};
-use crate::pool::reply::{Reply, ReplyTx};
+use crate::pool::reply::{Inflated, Reply, ReplyTx};
+use crate::proto::frame::Violation;
+use crate::proto::ws_deflate::{Codec, InflateError};
 use crate::proto::{Version, header, ws};
 use crate::runtime::bindings::types;
 use crate::runtime::call::{CallContext, Origin, Responder};
@@ -28,6 +30,8 @@ pub(super) struct Worker {
     instances: HashMap<Arc<str>, Instance>,
     /// Reused for encoding responses.
     buf: Vec<u8>,
+    /// Inflates compressed WebSocket messages (its inflater is made on first use).
+    codec: Codec,
 }
 
 impl Worker {
@@ -37,6 +41,7 @@ impl Worker {
             link,
             instances: HashMap::new(),
             buf: Vec::with_capacity(4096),
+            codec: Codec::default(),
         }
     }
 
@@ -61,7 +66,11 @@ impl Worker {
                     if catch_unwind(AssertUnwindSafe(|| self.deliver(job))).is_err() {
                         tracing::error!(%plugin, ws, "worker panicked while delivering an event");
                         self.instances.remove(&plugin);
-                        self.reply.send(Reply::EventDone { conn, ws });
+                        self.reply.send(Reply::EventDone {
+                            conn,
+                            ws,
+                            inflated: None,
+                        });
                     }
                 }
             }
@@ -323,7 +332,11 @@ impl Worker {
                 reason: "plugin failed".to_owned(),
             });
         }
-        self.reply.send(Reply::EventDone { conn, ws: ws_id });
+        self.reply.send(Reply::EventDone {
+            conn,
+            ws: ws_id,
+            inflated: None,
+        });
     }
 
     fn deliver(&mut self, job: EventJob) {
@@ -333,12 +346,79 @@ impl Worker {
             plugin,
             event,
         } = job;
-        let closing = matches!(event, crate::message::WsEvent::Close { .. });
-        match self.instance(&plugin) {
+        // A compressed message is inflated here, off the I/O thread; one that breaks a rule
+        // never reaches the plugin, and the I/O thread fails its connection.
+        let (event, inflated) = match event {
+            WsEvent::Compressed(compressed) => {
+                let (message, window) = self.inflate(compressed);
+                match message {
+                    Ok(message) => (
+                        Some(WsEvent::Message(message)),
+                        Some(Inflated {
+                            window,
+                            result: Ok(()),
+                        }),
+                    ),
+                    Err(violation) => (
+                        None,
+                        Some(Inflated {
+                            window,
+                            result: Err(violation),
+                        }),
+                    ),
+                }
+            }
+            event => (Some(event), None),
+        };
+        if let Some(event) = event {
+            self.deliver_event(ws, &plugin, event);
+        }
+        self.reply.send(Reply::EventDone { conn, ws, inflated });
+    }
+
+    /// A compressed message inflated against the client's window (which it grows), within its
+    /// limit, and checked for UTF-8 if it is text.
+    fn inflate(
+        &mut self,
+        compressed: Compressed,
+    ) -> (Result<WsMessage, Violation>, Option<DeflateWindow>) {
+        let Compressed {
+            text,
+            payload,
+            max,
+            mut window,
+        } = compressed;
+        let failures = self.codec.counts.failures;
+        let inflated = self.codec.inflate(&payload, window.as_mut(), max);
+        if self.codec.counts.failures > failures {
+            tracing::error!(
+                "the deflate library panicked (a bug there); the inflater was replaced and the connection failed (1007)"
+            );
+        }
+        let message = inflated
+            .map_err(|e| match e {
+                InflateError::TooBig => Violation::TooBig,
+                InflateError::Corrupt => Violation::BadCompression,
+            })
+            .and_then(|bytes| {
+                if text {
+                    String::from_utf8(bytes)
+                        .map(WsMessage::Text)
+                        .map_err(|_| Violation::InvalidUtf8)
+                } else {
+                    Ok(WsMessage::Binary(bytes))
+                }
+            });
+        (message, window)
+    }
+
+    fn deliver_event(&mut self, ws: WsId, plugin: &Arc<Plugin>, event: WsEvent) {
+        let closing = matches!(event, WsEvent::Close { .. });
+        match self.instance(plugin) {
             Ok(instance) => {
                 if let Err(failure) = instance.on_event(ws, event) {
                     let context = format!("event of WebSocket {ws}");
-                    self.discard(&plugin, &failure, None, &context);
+                    self.discard(plugin, &failure, None, &context);
                     if !closing {
                         self.reply.send(Reply::Close {
                             ws,
@@ -347,12 +427,12 @@ impl Worker {
                         });
                     }
                 } else {
-                    self.recycle_if_due(&plugin, false);
+                    self.recycle_if_due(plugin, false);
                 }
             }
             Err(failure) => {
                 let context = format!("instantiating for WebSocket {ws}");
-                self.discard(&plugin, &failure, None, &context);
+                self.discard(plugin, &failure, None, &context);
                 if !closing {
                     self.reply.send(Reply::Close {
                         ws,
@@ -362,7 +442,6 @@ impl Worker {
                 }
             }
         }
-        self.reply.send(Reply::EventDone { conn, ws });
     }
 }
 

@@ -1,18 +1,21 @@
 //! permessage-deflate's codec (RFC 7692 §7.2), sized for many connections.
 //!
-//! One [`Codec`] serves every connection of an I/O thread:
+//! A [`Codec`] is shared by many connections: the I/O thread's compresses what every one of its
+//! connections sends, and each worker's inflates the compressed messages it delivers (so
+//! inflating never holds up the I/O thread).
 //! - **Compressing.** The server always negotiates `server_no_context_takeover`, so each
 //!   message is compressed on its own and a compressor holds nothing of a connection between
 //!   messages: one compressor per window size (created on first use) serves every connection.
 //!   The last message compressed at each window size is kept with its result, so a publish
 //!   fanned out to thousands of subscribers is compressed once (the message's payload is
 //!   shared, and recognised by identity).
-//! - **Inflating.** One inflater too. A client that keeps its compression context across
+//! - **Inflating.** One inflater per codec. A client that keeps its compression context across
 //!   messages (the browsers' default) refers back into what it sent before; instead of keeping
 //!   a whole inflater per connection (about 43 KiB with a 32 KiB window), the connection keeps
 //!   only a [`Window`]: the last 2^bits bytes of what it sent, at most 32 KiB and usually far
-//!   less, given to the shared inflater as its dictionary before each message. A client that
-//!   does not keep its context costs nothing between messages.
+//!   less, given to the inflater as its dictionary before each message (it travels with the
+//!   message to the worker and back). A client that does not keep its context costs nothing
+//!   between messages.
 //!
 //! Inflating stops as soon as the output would pass the message limit: a decompression bomb
 //! costs at most the limit's worth of memory and work.
@@ -20,6 +23,8 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use bytes::Bytes;
+
+pub use crate::message::DeflateWindow as Window;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
 /// What a sync flush ends with: removed from each compressed message, put back before
@@ -128,7 +133,7 @@ impl Codec {
         max: usize,
     ) -> Result<Vec<u8>, InflateError> {
         let inflater = self.inflater.get_or_insert_with(|| Decompress::new(false));
-        let dictionary = window.as_ref().map_or(&[][..], |w| &w.bytes[..]);
+        let dictionary = window.as_ref().map_or(&[][..], |w| w.bytes());
         let run = catch_unwind(AssertUnwindSafe(|| {
             inflater.reset(false);
             if !dictionary.is_empty() {
@@ -221,46 +226,6 @@ fn inflate(inflater: &mut Decompress, input: &[u8], max: usize) -> Result<Vec<u8
         return Err(InflateError::TooBig);
     }
     Ok(out)
-}
-
-/// The last bytes a client sent in compressed messages, as far back as its window reaches:
-/// what its next message may refer to.
-#[derive(Debug)]
-pub struct Window {
-    bytes: Vec<u8>,
-    cap: usize,
-}
-
-impl Window {
-    /// A window of 2^`bits` bytes, empty.
-    pub fn new(bits: u8) -> Self {
-        Window {
-            bytes: Vec::new(),
-            cap: 1 << bits.clamp(8, 15),
-        }
-    }
-
-    /// Bytes held (for memory accounting).
-    pub fn held(&self) -> usize {
-        self.bytes.capacity()
-    }
-
-    fn push(&mut self, data: &[u8]) {
-        if data.len() >= self.cap {
-            self.bytes.clear();
-            self.bytes.extend_from_slice(&data[data.len() - self.cap..]);
-            return;
-        }
-        let excess = (self.bytes.len() + data.len()).saturating_sub(self.cap);
-        self.bytes.drain(..excess);
-        let need = self.bytes.len() + data.len();
-        if need > self.bytes.capacity() {
-            // Grow by doubling, but never past the window.
-            let target = need.max(self.bytes.capacity() * 2).min(self.cap);
-            self.bytes.reserve_exact(target - self.bytes.len());
-        }
-        self.bytes.extend_from_slice(data);
-    }
 }
 
 #[cfg(test)]
@@ -367,11 +332,11 @@ mod tests {
         let mut w = Window::new(8);
         w.push(&[1; 200]);
         w.push(&[2; 100]);
-        assert_eq!(w.bytes.len(), 256);
-        assert_eq!(&w.bytes[..156], &[1u8; 156][..]);
-        assert_eq!(&w.bytes[156..], &[2u8; 100][..]);
+        assert_eq!(w.bytes().len(), 256);
+        assert_eq!(&w.bytes()[..156], &[1u8; 156][..]);
+        assert_eq!(&w.bytes()[156..], &[2u8; 100][..]);
         w.push(&[3; 1000]);
-        assert_eq!(w.bytes, vec![3; 256]);
+        assert_eq!(w.bytes(), &[3u8; 256][..]);
         assert!(w.held() <= 256);
     }
 

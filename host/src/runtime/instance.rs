@@ -96,6 +96,8 @@ impl Instance {
                 };
                 self.bindings.on_message(&mut self.store, ws, &message)
             }
+            // Inflated by the worker before it gets here (see `pool::worker`).
+            WsEvent::Compressed(_) => return Ok(()),
             WsEvent::Close {
                 code,
                 reason,

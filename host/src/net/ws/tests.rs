@@ -36,13 +36,7 @@ fn a_peers_close_is_echoed_after_the_answers_to_what_came_before() {
     let mut rbuf = masked(0x81, b"hi");
     rbuf.extend(masked(0x88, &[0x03, 0xe8]));
     let mut wbuf = Vec::new();
-    ws.read_frames(
-        &mut rbuf,
-        &mut wbuf,
-        Instant::now(),
-        usize::MAX,
-        &mut Codec::default(),
-    );
+    ws.read_frames(&mut rbuf, &mut wbuf, Instant::now(), usize::MAX);
     assert!(wbuf.is_empty(), "the echo waits for the plugin");
     let first = ws.next_event().unwrap();
     assert_eq!(first, WsEvent::Message(WsMessage::Text("hi".into())));
@@ -75,7 +69,7 @@ fn a_violation_waits_for_the_peers_close_before_tcp_closes() {
     rbuf[1] = 0x80 | 101;
     let mut wbuf = Vec::new();
     let now = Instant::now();
-    ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX, &mut Codec::default());
+    ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX);
     assert!(matches!(
         drain_events(&mut ws)[..],
         [WsEvent::Close {
@@ -89,7 +83,7 @@ fn a_violation_waits_for_the_peers_close_before_tcp_closes() {
     assert!(!ws.finished(), "TCP stays open for the peer's Close");
     // Then the peer's Close completes the handshake.
     let mut rbuf = masked(0x88, &[0x03, 0xf1]);
-    ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX, &mut Codec::default());
+    ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX);
     assert!(ws.finished());
     assert!(ws.done());
 }
@@ -102,7 +96,7 @@ fn a_malformed_close_is_answered_and_ends_the_handshake() {
     let mut rbuf = masked(0x88, &[0x03]);
     let mut wbuf = Vec::new();
     let now = Instant::now();
-    ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX, &mut Codec::default());
+    ws.read_frames(&mut rbuf, &mut wbuf, now, usize::MAX);
     drain_events(&mut ws);
     ws.settle(&mut wbuf, now);
     assert_eq!(&wbuf[2..4], &1002u16.to_be_bytes());
@@ -129,4 +123,45 @@ fn a_close_without_an_answer_ends_at_the_timeout() {
             ..
         }]
     ));
+}
+
+#[test]
+fn a_compressed_message_carries_the_window_and_a_bad_one_fails_the_connection() {
+    let limits = Limits {
+        ws_max_message_bytes: 100,
+        ..Limits::default()
+    };
+    let offer = [(
+        "sec-websocket-extensions".to_owned(),
+        b"permessage-deflate".to_vec(),
+    )];
+    let deflate = crate::proto::ws_extension::negotiate(&offer);
+    let mut ws = WsConn::new(1, "p".into(), &limits, Instant::now(), deflate);
+    ws.event_done(); // the open event
+    // A compressed message (inflating it is the worker's), then a plain one.
+    let mut rbuf = masked(0xC1, &[1, 2, 3]);
+    rbuf.extend(masked(0x81, b"after"));
+    let mut wbuf = Vec::new();
+    ws.read_frames(&mut rbuf, &mut wbuf, Instant::now(), usize::MAX);
+    let Some(WsEvent::Compressed(compressed)) = ws.next_event() else {
+        panic!("a compressed message first");
+    };
+    assert_eq!(compressed.payload, vec![1, 2, 3]);
+    assert_eq!(compressed.max, 100);
+    // The client keeps its context: the window travels with the message.
+    let window = compressed.window.expect("the window goes with it");
+    // The worker found it broken: what came after is not delivered, the close event is.
+    ws.event_done_with(
+        Some(window),
+        Err(crate::proto::frame::Violation::BadCompression),
+    );
+    let close = ws.next_event().unwrap();
+    assert!(
+        matches!(close, WsEvent::Close { code: 1007, .. }),
+        "{close:?}"
+    );
+    ws.event_done();
+    ws.settle(&mut wbuf, Instant::now());
+    assert_eq!(&wbuf[2..4], &1007u16.to_be_bytes());
+    assert_eq!(wbuf[0], 0x88);
 }
