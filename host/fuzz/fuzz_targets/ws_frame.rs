@@ -2,7 +2,8 @@
 //! arbitrary splits, with sends and closes from the plugin interleaved: it never panics, emits
 //! at most one close event and nothing after it, and everything it writes is a sequence of
 //! well-formed, unmasked server frames. The script's first byte also picks whether
-//! permessage-deflate was agreed (and on what terms), so compressed messages go both ways.
+//! permessage-deflate was agreed (and on what terms), so compressed messages go both ways
+//! (inflated as a worker inflates them, the outcome reported back).
 #![no_main]
 
 use std::time::Instant;
@@ -10,7 +11,8 @@ use std::time::Instant;
 use ankh::message::{Outbound, WsEvent};
 use ankh::limits::Limits;
 use ankh::net::ws::WsConn;
-use ankh::proto::ws_deflate::Codec;
+use ankh::proto::frame::Violation;
+use ankh::proto::ws_deflate::{Codec, InflateError};
 use ankh::proto::ws_extension::negotiate;
 use libfuzzer_sys::fuzz_target;
 
@@ -32,6 +34,7 @@ fuzz_target!(|data: &[u8]| {
         negotiate(&[("sec-websocket-extensions".to_owned(), o.as_bytes().to_vec())])
     });
     let mut codec = Codec::default();
+    let mut inflater = Codec::default();
     let mut ws = WsConn::new(1, "fuzz".into(), &limits, now, deflate);
     ws.event_done(); // the open event
     let (mut rbuf, mut wbuf) = (Vec::new(), Vec::new());
@@ -65,7 +68,19 @@ fuzz_target!(|data: &[u8]| {
                 closes += 1;
                 after_close = true;
             }
-            ws.event_done();
+            // A compressed message is inflated as a worker would, and the outcome reported.
+            if let WsEvent::Compressed(mut c) = event {
+                let result = inflater
+                    .inflate(&c.payload, c.window.as_mut(), c.max)
+                    .map(drop)
+                    .map_err(|e| match e {
+                        InflateError::TooBig => Violation::TooBig,
+                        InflateError::Corrupt => Violation::BadCompression,
+                    });
+                ws.event_done_with(c.window, result);
+            } else {
+                ws.event_done();
+            }
         }
         ws.settle(&mut wbuf, now);
         if ws.finished() {
