@@ -13,61 +13,15 @@
 //!
 //! Results go to stdout and `target/bench-results/kv.json`.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use benches::{Ankh, Run, wrk};
+use benches::{Ankh, Run, get, metric, wrk};
 use serde_json::json;
 
 const CONNECTIONS: usize = 64;
 const PLUGINS: usize = 10;
 const KEYS_PER_PLUGIN: usize = 100_000;
-
-/// A GET on a fresh connection; the body.
-fn get(addr: SocketAddr, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    assert!(text.starts_with("HTTP/1.1 200"), "GET {path}: {text}");
-    text.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default()
-}
-
-/// The admin address the server logged.
-fn admin_addr(ankh: &Ankh) -> SocketAddr {
-    let started = Instant::now();
-    loop {
-        let log = ankh.log();
-        if let Some(addr) = log
-            .split("admin endpoints on http://")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|a| a.parse().ok())
-        {
-            return addr;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "no admin line:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// A counter's value in the Prometheus text.
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(f64::NAN)
-}
 
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
@@ -79,7 +33,7 @@ fn increments(plugin: &Path, args: &[&str], round: Duration) -> (Run, f64) {
     let mut all = vec!["--admin", "127.0.0.1:0"];
     all.extend_from_slice(args);
     let ankh = benches::start_ankh(plugin, "index.wasm", &all);
-    let admin = admin_addr(&ankh);
+    let admin = ankh.admin_addr();
     let url = format!("http://{}/incr?key=counter", ankh.addr);
     wrk(&url, CONNECTIONS, Duration::from_secs(1));
     let before = get(admin, "/metrics");

@@ -134,6 +134,27 @@ impl Ankh {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The admin address it logged (start it with `--admin 127.0.0.1:0`).
+    pub fn admin_addr(&self) -> SocketAddr {
+        let started = Instant::now();
+        loop {
+            let log = self.log();
+            if let Some(addr) = log
+                .split("admin endpoints on http://")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|a| a.parse().ok())
+            {
+                return addr;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no admin line:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Stops it with SIGTERM (a clean shutdown) and waits until it has exited.
     pub fn terminate(mut self) {
         let _ = Command::new("kill")
@@ -265,4 +286,28 @@ pub fn machine() -> String {
         "{model}, {cores} cores, {mem_gib} GiB, Linux {}",
         kernel.trim()
     )
+}
+
+/// The body of a GET on a fresh connection; the answer must be 200.
+pub fn get(addr: SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "GET {path}: {text}");
+    text.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default()
+}
+
+/// A counter's value in the Prometheus text of `/metrics` (NaN when absent).
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(f64::NAN)
 }

@@ -96,7 +96,13 @@ fn echo_rate(addr: SocketAddr, path: &str) -> f64 {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300)); // connect and warm up
+    rate(&count, &stop, threads)
+}
+
+/// Round trips per second the client `threads` count in `count` over [`ROUND`], after 300 ms
+/// to connect and warm up; then stops them.
+fn rate(count: &AtomicU64, stop: &AtomicBool, threads: Vec<std::thread::JoinHandle<()>>) -> f64 {
+    std::thread::sleep(Duration::from_millis(300));
     let before = count.load(Ordering::Relaxed);
     let started = Instant::now();
     std::thread::sleep(ROUND);
@@ -380,47 +386,15 @@ fn echo_raw(addr: SocketAddr, message: &str, compressed: bool) -> (f64, usize, u
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
-    let before = count.load(Ordering::Relaxed);
-    let started = Instant::now();
-    std::thread::sleep(ROUND);
-    let done = count.load(Ordering::Relaxed) - before;
-    let elapsed = started.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        let _ = t.join();
-    }
-    (done as f64 / elapsed, up, down)
+    (rate(&count, &stop, threads), up, down)
 }
 
 /// `ankh_ws_messages_deflated_total` from the admin listener.
 fn deflated_total(admin: SocketAddr) -> u64 {
-    let mut stream = TcpStream::connect(admin).unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    stream.read_to_string(&mut body).unwrap();
-    body.lines()
-        .find_map(|l| l.strip_prefix("ankh_ws_messages_deflated_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap()
-}
-
-fn admin_of(ankh: &benches::Ankh) -> SocketAddr {
-    let started = Instant::now();
-    loop {
-        let log = ankh.log();
-        if let Some(addr) = log
-            .split("admin endpoints on http://")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-        {
-            return addr.trim_end_matches('/').parse().unwrap();
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "no admin line");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    benches::metric(
+        &benches::get(admin, "/metrics"),
+        "ankh_ws_messages_deflated_total",
+    ) as u64
 }
 
 /// 4. What compression costs and saves.
@@ -478,7 +452,7 @@ fn compression(plugin: &std::path::Path, cores: usize) {
                 "127.0.0.1:0",
             ],
         );
-        let admin = admin_of(&ankh);
+        let admin = ankh.admin_addr();
         let pid = ankh.pid();
         let mut publisher = open_raw(ankh.addr, 1);
         std::thread::sleep(Duration::from_millis(300));
