@@ -351,22 +351,9 @@ impl Worker {
         let (event, inflated) = match event {
             WsEvent::Compressed(compressed) => {
                 let (message, window) = self.inflate(compressed);
-                match message {
-                    Ok(message) => (
-                        Some(WsEvent::Message(message)),
-                        Some(Inflated {
-                            window,
-                            result: Ok(()),
-                        }),
-                    ),
-                    Err(violation) => (
-                        None,
-                        Some(Inflated {
-                            window,
-                            result: Err(violation),
-                        }),
-                    ),
-                }
+                let result = message.as_ref().map(drop).map_err(|v| *v);
+                let inflated = Inflated { window, result };
+                (message.ok().map(WsEvent::Message), Some(inflated))
             }
             event => (Some(event), None),
         };
