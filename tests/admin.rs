@@ -47,6 +47,24 @@ pub fn value(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &st
     }
 }
 
+/// Scrapes until the unlabelled metric `name` is at least `at_least` (counters can trail what
+/// a client already saw by one pass of the I/O thread), then returns that scrape.
+pub fn scrape_when(addr: SocketAddr, name: &str, at_least: f64) -> prometheus_parse::Scrape {
+    let started = std::time::Instant::now();
+    loop {
+        let scrape = scrape(addr);
+        let v = value(&scrape, name, &[]);
+        if v >= at_least {
+            return scrape;
+        }
+        assert!(
+            started.elapsed() < crate::harness::PATIENCE,
+            "{name} stayed at {v}, below {at_least}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn health_readiness_and_metrics_that_move() {
     let s = Options::default()

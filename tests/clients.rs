@@ -143,7 +143,11 @@ fn issue16_node_negotiates_compression_and_every_message_round_trips() {
         "{}",
         s.log()
     );
-    let metrics = crate::admin::scrape(crate::admin::admin_addr(&s));
+    let metrics = crate::admin::scrape_when(
+        crate::admin::admin_addr(&s),
+        "ankh_ws_compressed_frames_total",
+        2.0,
+    );
     let value = |name| crate::admin::value(&metrics, name, &[]);
     // The long text and the compressible binary; the noise and the short text went plain.
     assert_eq!(value("ankh_ws_compressed_frames_total"), 2.0);
@@ -176,7 +180,9 @@ fn issue16_python_websockets_compresses_with_context_takeover_both_ways() {
         "{}",
         s.log()
     );
-    let metrics = crate::admin::scrape(crate::admin::admin_addr(&s));
+    let admin = crate::admin::admin_addr(&s);
+    crate::admin::scrape_when(admin, "ankh_ws_messages_inflated_total", 51.0);
+    let metrics = crate::admin::scrape_when(admin, "ankh_ws_compressed_frames_total", 51.0);
     let value = |name| crate::admin::value(&metrics, name, &[]);
     assert_eq!(value("ankh_ws_messages_inflated_total"), 51.0);
     assert_eq!(value("ankh_ws_compressed_frames_total"), 51.0);

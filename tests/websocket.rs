@@ -103,24 +103,45 @@ pub const FIN: u8 = 0x80;
 
 /// A raw connection past the handshake.
 pub fn raw(s: &TestServer, path: &str) -> (TcpStream, BufReader<TcpStream>) {
+    let (stream, reader, _) = raw_offering(s, path, None);
+    (stream, reader)
+}
+
+/// A raw connection past a handshake that offered `extensions` (`Sec-WebSocket-Extensions`),
+/// if any; with the extensions the server answered.
+pub fn raw_offering(
+    s: &TestServer,
+    path: &str,
+    extensions: Option<&str>,
+) -> (TcpStream, BufReader<TcpStream>, Option<String>) {
     let mut stream = s.connect();
+    let offer = extensions.map_or(String::new(), |o| {
+        format!("Sec-WebSocket-Extensions: {o}\r\n")
+    });
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{offer}\r\n"
     )
     .unwrap();
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut line = String::new();
     reader.read_line(&mut line).unwrap();
-    assert!(line.starts_with("HTTP/1.1 101 "), "{line}");
+    assert!(line.starts_with("HTTP/1.1 101 "), "{line}\n{}", s.log());
+    let mut answered = None;
     loop {
         line.clear();
         reader.read_line(&mut line).unwrap();
         if line == "\r\n" {
             break;
         }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("sec-websocket-extensions")
+        {
+            assert!(answered.is_none(), "one extensions header");
+            answered = Some(value.trim().to_owned());
+        }
     }
-    (stream, reader)
+    (stream, reader, answered)
 }
 
 /// Reads one server frame: (first byte, payload).
