@@ -162,7 +162,11 @@ struct ToReplies(ReplyTx);
 impl Responder for ToReplies {
     fn respond(&mut self, bytes: Vec<u8>, close: bool) {
         self.0.send(Reply::Response {
-            conn: ConnId { slot: 0, serial: 0 },
+            conn: ConnId {
+                shard: 0,
+                slot: 0,
+                serial: 0,
+            },
             seq: 0,
             bytes,
             close,
@@ -176,7 +180,7 @@ fn plugin(c: &mut Criterion) {
     let hub = Arc::new(ankh::hub::Hub::default());
     let link = WsLink {
         hub: hub.clone(),
-        out: Arc::new(reply.clone()),
+        out: Arc::new(ankh::pool::reply::Replies::new(vec![reply.clone()])),
     };
     let pooled = runtime(true);
     let on_demand = runtime(false);

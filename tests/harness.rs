@@ -73,6 +73,15 @@ impl Drop for TempDir {
     }
 }
 
+/// `ANKH_TEST_IO_THREADS=N` runs every test server with `--io-threads N` (unless the test
+/// sets it itself): CI runs the suite with 1 and with the default, one loop per core.
+fn io_threads_override(args: &[String]) -> Vec<String> {
+    match std::env::var("ANKH_TEST_IO_THREADS") {
+        Ok(n) if !args.iter().any(|a| a == "--io-threads") => vec!["--io-threads".into(), n],
+        _ => Vec::new(),
+    }
+}
+
 /// A running `ankh serve`.
 pub struct TestServer {
     child: Child,
@@ -227,6 +236,7 @@ impl TestServer {
                     .flatten(),
             )
             .args(&options.args)
+            .args(io_threads_override(&options.args))
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

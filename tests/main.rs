@@ -48,3 +48,5 @@ mod runtime;
 mod kv;
 // WebSocket compression (permessage-deflate): negotiation, frames, bombs, publish: issue 16.
 mod compression;
+// Several event loops: connections spread and kept, messages across loops: issue 17.
+mod shards;

@@ -38,9 +38,9 @@ impl Responder for Kept {
 struct NoSockets;
 
 impl WsOut for NoSockets {
-    fn send(&self, _: WsId, _: Outbound) {}
-    fn close(&self, _: WsId, _: u16, _: String) {}
-    fn publish(&self, _: Vec<WsId>, _: Outbound) {}
+    fn send(&self, _: usize, _: WsId, _: Outbound) {}
+    fn close(&self, _: usize, _: WsId, _: u16, _: String) {}
+    fn publish(&self, _: Vec<(usize, WsId)>, _: Outbound) {}
 }
 
 fn runtime(cpu_deadline: Duration) -> Arc<Runtime> {

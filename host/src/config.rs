@@ -51,6 +51,8 @@ pub struct ServeConfig {
     /// Which key-value backend.
     pub kv: KvBackend,
     pub workers: usize,
+    /// Event loops (I/O threads), each with its own connections.
+    pub io_threads: usize,
     pub limits: Limits,
     /// Use wasmtime's pooling instance allocator.
     pub pooling: bool,
@@ -90,6 +92,7 @@ impl Default for ServeConfig {
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             kv: KvBackend::File,
             workers: 1,
+            io_threads: 1,
             limits: Limits::default(),
             pooling: true,
             watch: true,
@@ -199,9 +202,12 @@ const MAX_MS: u64 = 86_400_000;
 /// The largest deadline of a call: an hour.
 const MAX_CALL_MS: u64 = 3_600_000;
 
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
 fn default_workers() -> u64 {
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    (cores * WORKERS_PER_CORE) as u64
+    (cores() * WORKERS_PER_CORE) as u64
 }
 
 /// `$XDG_CACHE_HOME/ankh`, else `$HOME/.cache/ankh`.
@@ -306,6 +312,22 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         default: || Value::Number(default_workers()),
         apply: |c, v| c.workers = usize::from_number(v.number(), Unit::Count),
         read: |c| Value::Number(c.workers as u64),
+    },
+    Setting {
+        key: "io_threads",
+        flag: Flag::Value {
+            long: "io-threads",
+            short: None,
+        },
+        kind: Kind::Number {
+            unit: Unit::Count,
+            min: 1,
+            max: 256,
+        },
+        doc: "Event loops that own the sockets (one per CPU core by default); a connection stays on one loop for life. 1 is Mummy's single I/O thread",
+        default: || Value::Number(cores() as u64),
+        apply: |c, v| c.io_threads = usize::from_number(v.number(), Unit::Count),
+        read: |c| Value::Number(c.io_threads as u64),
     },
     Setting {
         key: "pooling",

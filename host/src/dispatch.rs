@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::limits::RETRY_AFTER_SECS;
 use crate::message::{ConnId, WsEvent, WsId};
@@ -29,12 +30,14 @@ pub enum Undelivered {
     Gone,
 }
 
-/// Routes requests to plugins.
-#[derive(Debug)]
+/// Routes requests to plugins. Each event loop has a clone; they share the registry, the
+/// pool and the request ids.
+#[derive(Debug, Clone)]
 pub struct Dispatcher {
     registry: Arc<Registry>,
     pool: WorkerPool,
-    next_request_id: u64,
+    /// The next request id, unique across every loop.
+    request_ids: Arc<AtomicU64>,
 }
 
 impl Dispatcher {
@@ -42,12 +45,13 @@ impl Dispatcher {
         Dispatcher {
             registry,
             pool,
-            next_request_id: 1,
+            request_ids: Arc::new(AtomicU64::new(1)),
         }
     }
 
-    /// Takes back every request no worker has started (the server is draining). WebSocket
-    /// events stay queued: their connections are closing and the plugin still hears of it.
+    /// Takes back every request no worker has started (the server is draining), whichever
+    /// loop queued it. WebSocket events stay queued: their connections are closing and the
+    /// plugin still hears of it.
     pub fn take_unstarted_requests(&mut self) -> Vec<(ConnId, u64)> {
         let mut unstarted = Vec::new();
         for job in self.pool.take_queued() {
@@ -134,8 +138,7 @@ impl Dispatcher {
                 retry_after: Some(RETRY_AFTER_SECS),
             });
         };
-        let request_id = self.next_request_id;
-        self.next_request_id += 1;
+        let request_id = self.request_ids.fetch_add(1, Ordering::Relaxed);
         let job = Box::new(Job::Request(RequestJob {
             conn,
             seq,

@@ -44,6 +44,8 @@ struct Inner {
 #[derive(Debug)]
 struct Open {
     owner: Arc<str>,
+    /// The event loop (shard) that owns the socket: where its messages go.
+    home: usize,
     topics: HashSet<String>,
 }
 
@@ -61,25 +63,33 @@ impl Hub {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A fresh id for a connection of plugin `owner`, already marked open.
-    pub fn open(&self, owner: &Arc<str>) -> WsId {
+    /// A fresh id for a connection of plugin `owner` whose socket lives on event loop `home`,
+    /// already marked open.
+    pub fn open(&self, owner: &Arc<str>, home: usize) -> WsId {
         let ws = self.ids.next();
         self.lock().open.insert(
             ws,
             Open {
                 owner: owner.clone(),
+                home,
                 topics: HashSet::new(),
             },
         );
         ws
     }
 
-    /// Whether `ws` is open and belongs to `owner`.
-    pub fn is_open_for(&self, ws: WsId, owner: &str) -> bool {
+    /// The event loop of `ws`, if it is open and belongs to `owner`.
+    pub fn home_for(&self, ws: WsId, owner: &str) -> Option<usize> {
         self.lock()
             .open
             .get(&ws)
-            .is_some_and(|c| &*c.owner == owner)
+            .filter(|c| &*c.owner == owner)
+            .map(|c| c.home)
+    }
+
+    /// Whether `ws` is open and belongs to `owner`.
+    pub fn is_open_for(&self, ws: WsId, owner: &str) -> bool {
+        self.home_for(ws, owner).is_some()
     }
 
     /// Open connections.
@@ -164,14 +174,19 @@ impl Hub {
         Ok(())
     }
 
-    /// The connections subscribed to `owner`'s `topic`, in id order.
-    pub fn subscribers(&self, owner: &str, topic: &str) -> Vec<WsId> {
+    /// The connections subscribed to `owner`'s `topic`, each with its event loop, ordered by
+    /// loop then id (so each loop's share is one run).
+    pub fn subscribers(&self, owner: &str, topic: &str) -> Vec<(usize, WsId)> {
         let inner = self.lock();
-        let mut subs: Vec<WsId> = inner
+        let mut subs: Vec<(usize, WsId)> = inner
             .topics
             .get(owner)
             .and_then(|topics| topics.get(topic))
-            .map(|s| s.iter().copied().collect())
+            .map(|s| {
+                s.iter()
+                    .filter_map(|ws| inner.open.get(ws).map(|c| (c.home, *ws)))
+                    .collect()
+            })
             .unwrap_or_default();
         subs.sort_unstable();
         subs
@@ -230,17 +245,18 @@ mod tests {
     fn ids_are_never_reused_and_closing_forgets_topics() {
         let hub = Hub::default();
         let p = owner("p");
-        let a = hub.open(&p);
-        let b = hub.open(&p);
+        let a = hub.open(&p, 0);
+        let b = hub.open(&p, 1);
         assert_ne!(a, b);
         hub.subscribe("p", a, "room", CAPS).unwrap();
         hub.subscribe("p", b, "room", CAPS).unwrap();
-        let mut both = vec![a, b];
-        both.sort_unstable();
-        assert_eq!(hub.subscribers("p", "room"), both);
+        // By loop first: each loop's subscribers are one run.
+        assert_eq!(hub.subscribers("p", "room"), vec![(0, a), (1, b)]);
+        assert_eq!(hub.home_for(b, "p"), Some(1));
+        assert_eq!(hub.home_for(b, "q"), None);
         hub.closed(a);
         assert!(!hub.is_open_for(a, "p"));
-        assert_eq!(hub.subscribers("p", "room"), vec![b]);
+        assert_eq!(hub.subscribers("p", "room"), vec![(1, b)]);
         assert_eq!(
             hub.subscribe("p", a, "room", CAPS),
             Err(SubscribeError::Closed)
@@ -257,8 +273,8 @@ mod tests {
     fn another_plugin_sees_a_connection_as_closed_and_topics_are_separate() {
         let hub = Hub::default();
         let (chat, evil) = (owner("chat"), owner("evil"));
-        let victim = hub.open(&chat);
-        let own = hub.open(&evil);
+        let victim = hub.open(&chat, 0);
+        let own = hub.open(&evil, 0);
         hub.subscribe("chat", victim, "room:lobby", CAPS).unwrap();
         assert!(hub.is_open_for(victim, "chat"));
         assert!(!hub.is_open_for(victim, "evil"));
@@ -272,8 +288,8 @@ mod tests {
         );
         assert!(hub.subscribers("evil", "room:lobby").is_empty());
         hub.subscribe("evil", own, "room:lobby", CAPS).unwrap();
-        assert_eq!(hub.subscribers("chat", "room:lobby"), vec![victim]);
-        assert_eq!(hub.subscribers("evil", "room:lobby"), vec![own]);
+        assert_eq!(hub.subscribers("chat", "room:lobby"), vec![(0, victim)]);
+        assert_eq!(hub.subscribers("evil", "room:lobby"), vec![(0, own)]);
     }
 
     #[test]

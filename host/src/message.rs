@@ -6,11 +6,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-/// Identifies a connection for the lifetime of the process: the slot it occupies in the I/O
-/// thread's table, and a serial number that is never reused. A reply whose serial does not
-/// match the slot's current connection belongs to a connection that is gone, and is dropped.
+/// Identifies a connection for the lifetime of the process: the event loop that owns it (its
+/// shard), the slot it occupies in that loop's table, and a serial number that is never reused
+/// there. A reply goes to the loop named by `shard`; one whose serial does not match the
+/// slot's current connection belongs to a connection that is gone, and is dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConnId {
+    pub shard: usize,
     pub slot: usize,
     pub serial: u64,
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 /// Upper bounds of the request-latency histogram, in seconds.
@@ -37,8 +37,38 @@ pub struct Metrics {
     /// Compressed WebSocket frames sent (a publish counts once per subscriber).
     ws_compressed_frames: AtomicU64,
     plugins: Mutex<BTreeMap<String, Arc<PluginMetrics>>>,
+    /// Each event loop's figures, once the loops exist.
+    io_loops: OnceLock<Box<[IoLoop]>>,
     /// The key-value store's counters, once a store is attached.
     kv: Mutex<Option<Arc<crate::kv::Stats>>>,
+}
+
+/// One event loop's figures.
+#[derive(Debug, Default)]
+pub struct IoLoop {
+    /// Connections this loop owns (counted from the moment loop 0 hands one over).
+    connections: AtomicI64,
+    /// Time spent handling readiness, replies and timers, rather than waiting in `poll`.
+    busy_ns: AtomicU64,
+}
+
+impl IoLoop {
+    pub fn opened(&self) {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn closed(&self) {
+        self.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub fn open(&self) -> i64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    pub fn busy(&self, spent: Duration) {
+        self.busy_ns
+            .fetch_add(spent.as_nanos() as u64, Ordering::Relaxed);
+    }
 }
 
 /// One plugin's figures, across its versions.
@@ -88,6 +118,25 @@ impl PluginMetrics {
 }
 
 impl Metrics {
+    /// Keeps figures for `loops` event loops (once; later calls change nothing).
+    pub fn set_io_loops(&self, loops: usize) {
+        let _ = self
+            .io_loops
+            .set((0..loops.max(1)).map(|_| IoLoop::default()).collect());
+    }
+
+    /// The figures of event loop `shard`.
+    pub fn io_loop(&self, shard: usize) -> &IoLoop {
+        static UNCOUNTED: IoLoop = IoLoop {
+            connections: AtomicI64::new(0),
+            busy_ns: AtomicU64::new(0),
+        };
+        self.io_loops
+            .get()
+            .and_then(|loops| loops.get(shard))
+            .unwrap_or(&UNCOUNTED)
+    }
+
     /// Shows the key-value store's counters too.
     pub fn attach_kv(&self, stats: Arc<crate::kv::Stats>) {
         *self.kv.lock().unwrap_or_else(PoisonError::into_inner) = Some(stats);
@@ -198,10 +247,39 @@ impl Metrics {
             );
         }
 
-        let plugins = self.plugins.lock().unwrap_or_else(PoisonError::into_inner);
         let family = |out: &mut String, name: &str, help: &str, kind: &str| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
+        if let Some(loops) = self.io_loops.get() {
+            family(
+                &mut out,
+                "ankh_io_loop_connections",
+                "Open client connections by event loop.",
+                "gauge",
+            );
+            for (shard, l) in loops.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "ankh_io_loop_connections{{loop=\"{shard}\"}} {}",
+                    l.open()
+                );
+            }
+            family(
+                &mut out,
+                "ankh_io_loop_busy_seconds_total",
+                "Time each event loop spent working rather than waiting for readiness.",
+                "counter",
+            );
+            for (shard, l) in loops.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "ankh_io_loop_busy_seconds_total{{loop=\"{shard}\"}} {:.6}",
+                    l.busy_ns.load(Ordering::Relaxed) as f64 / 1e9
+                );
+            }
+        }
+
+        let plugins = self.plugins.lock().unwrap_or_else(PoisonError::into_inner);
         family(
             &mut out,
             "ankh_plugin_responses_total",

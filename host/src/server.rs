@@ -10,8 +10,9 @@ use crate::dispatch::Dispatcher;
 use crate::hub::Hub;
 use crate::loader::Loads;
 use crate::net::event_loop::{Ended, EventLoop, Shared, StopHandle};
+use crate::net::shards;
 use crate::pool::WorkerPool;
-use crate::pool::reply::reply_channel;
+use crate::pool::reply::{Replies, reply_channel};
 use crate::runtime::engine::{Runtime, RuntimeConfig};
 use crate::runtime::registry::Registry;
 
@@ -22,7 +23,7 @@ pub struct Server {
     pub runtime: Arc<Runtime>,
     /// Where the admin endpoints listen, when on.
     pub admin_addr: Option<SocketAddr>,
-    event_loop: EventLoop,
+    loops: Vec<EventLoop>,
     stop: StopHandle,
     ready_file: Option<std::path::PathBuf>,
     _reloader: Option<crate::reload::Reloader>,
@@ -105,28 +106,35 @@ impl Server {
             );
         }
 
-        let (poll, waker) = EventLoop::poll_and_waker()?;
-        let wake = waker.clone();
-        let (reply_tx, reply_rx) = reply_channel(Arc::new(move || {
-            let _ = wake.wake();
-        }));
+        // Each loop's poll and waker first: a loop's reply queue wakes it.
+        let seats = shards::seats(config.io_threads)?;
+        let (reply_txs, reply_rxs): (Vec<_>, Vec<_>) = seats
+            .iter()
+            .map(|seat| {
+                let wake = seat.waker.clone();
+                reply_channel(Arc::new(move || {
+                    let _ = wake.wake();
+                }))
+            })
+            .unzip();
+        let replies = Replies::new(reply_txs);
         let hub = Arc::new(Hub::default());
         let pool = WorkerPool::new(
             config.workers,
             config.limits.queue_depth,
-            reply_tx,
+            replies.clone(),
             hub.clone(),
         )
         .context("cannot start worker threads")?;
         let dispatcher = Dispatcher::new(registry.clone(), pool);
         let depth = dispatcher.depth_probe();
-        let (event_loop, stop) = EventLoop::new(
-            poll,
-            waker,
+        let (loops, stop) = shards::build(
+            seats,
+            reply_rxs,
+            replies,
             listener,
             dispatcher,
-            reply_rx,
-            Shared {
+            &Shared {
                 limits: config.limits.clone(),
                 hub: hub.clone(),
                 metrics: runtime.metrics.clone(),
@@ -150,7 +158,7 @@ impl Server {
             registry,
             runtime,
             admin_addr,
-            event_loop,
+            loops,
             stop,
             ready_file: config.ready_file.clone(),
             _reloader: reloader,
@@ -168,7 +176,7 @@ impl Server {
             write_ready_file(path, self.local_addr)
                 .with_context(|| format!("cannot write ready file {}", path.display()))?;
         }
-        self.event_loop.run().context("the event loop failed")
+        shards::run(self.loops, &self.stop).context("an event loop failed")
     }
 }
 

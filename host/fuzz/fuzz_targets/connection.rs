@@ -101,7 +101,7 @@ fuzz_target!(|data: &[u8]| {
         window: 1 << 20,
     };
     let peer = "127.0.0.1:9".parse().unwrap();
-    let mut conn = HttpConn::new(ConnId { slot: 0, serial: 1 }, io, peer, start);
+    let mut conn = HttpConn::new(ConnId { shard: 0, slot: 0, serial: 1 }, io, peer, start);
     let ctx = HttpCtx {
         limits: &limits,
         router: &Nowhere,

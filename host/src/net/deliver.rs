@@ -236,6 +236,9 @@ impl EventLoop {
                         self.with_ws(conn, |c, ctx| c.on_close(code, &reason, ctx));
                     }
                 }
+                Reply::Unstarted { conn, seq } => {
+                    self.with_http(conn, |c, ctx| c.on_unstarted(seq, ctx));
+                }
             }
         }
     }
@@ -287,6 +290,7 @@ impl EventLoop {
             return id;
         }
         let moved = ConnId {
+            shard: self.shard,
             slot,
             serial: id.serial,
         };

@@ -1,9 +1,11 @@
-//! The I/O thread: one `mio::Poll` for the listener, every connection, and the waker that
-//! workers use to hand back replies. Handlers never run here.
+//! One I/O thread: a `mio::Poll` for its connections and the waker that workers use to hand
+//! back replies. There are `--io-threads` of these loops (see [`super::shards`]); loop 0 also
+//! owns the listener and hands each accepted connection to the least loaded loop, where it
+//! stays for life. Handlers never run here.
 //!
-//! Besides readiness, the loop runs a timer sweep (every `TIMER_PERIOD`, 100 ms) that enforces each
-//! connection's deadlines, retries `accept` after the process ran out of file descriptors, and
-//! ends a graceful drain.
+//! Besides readiness, the loop runs a timer sweep (every `TIMER_PERIOD`, 100 ms) that enforces
+//! each connection's deadlines, retries `accept` after the process ran out of file
+//! descriptors, and ends a graceful drain.
 
 use std::io;
 use std::sync::Arc;
@@ -18,11 +20,12 @@ use std::collections::HashMap;
 
 use super::conn::Conn;
 use super::http::HttpConn;
+use super::shards::{Accepted, Lanes};
 use crate::dispatch::Dispatcher;
 use crate::hub::Hub;
 use crate::limits::Limits;
 use crate::message::{ConnId, WsId};
-use crate::pool::reply::ReplyRx;
+use crate::pool::reply::{Replies, Reply, ReplyRx};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
@@ -37,15 +40,25 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Readiness events taken per `poll`.
 const EVENTS_PER_POLL: usize = 1024;
 
-/// What the loop has been asked to do, set from any thread.
-const RUN: u8 = 0;
-const DRAIN: u8 = 1;
-const STOP: u8 = 2;
+/// What the loops have been asked to do, set from any thread.
+pub(super) const RUN: u8 = 0;
+pub(super) const DRAIN: u8 = 1;
+pub(super) const STOP: u8 = 2;
 
-/// The socket loop. Build with [`EventLoop::new`], then call [`EventLoop::run`] on its thread.
+/// One socket loop. Built by [`super::shards::build`], run by [`super::shards::run`].
 pub struct EventLoop {
+    /// Which loop this is: connection ids carry it, so replies find their way back.
+    pub(super) shard: usize,
     pub(super) poll: Poll,
+    /// Loop 0's: the listening socket, until the drain begins.
     listener: Option<TcpListener>,
+    /// Every loop's hand-off queue and waker, for loop 0's accepts.
+    lanes: Arc<Lanes>,
+    /// Where rotation resumes when several loops are equally loaded.
+    next_lane: usize,
+    /// The reply queues of every loop: a request another loop took off the queue at the drain
+    /// deadline is answered through them.
+    forward: Replies,
     pub(super) conns: Slab<Conn<TcpStream>>,
     next_serial: u64,
     pub(super) dispatcher: Dispatcher,
@@ -63,6 +76,11 @@ pub struct EventLoop {
     /// finishes, the plugin still gets the close event (exactly once, after the open).
     pub(super) ghosts: HashMap<WsId, Arc<str>>,
     command: Arc<AtomicU8>,
+    /// Held by a loop while it takes unstarted requests off the shared queue and answers its
+    /// own, so that none forwarded to another loop is missed by it.
+    drain_lock: Arc<std::sync::Mutex<()>>,
+    /// Connections loop 0 accepted for this loop.
+    inbox: crossbeam_channel::Receiver<Accepted>,
     /// Set once draining: when everything still open is closed regardless.
     pub(super) drain_deadline: Option<Instant>,
     accept_retry_at: Option<Instant>,
@@ -70,11 +88,11 @@ pub struct EventLoop {
     accept_failing: bool,
 }
 
-/// Drains or stops a running [`EventLoop`] from any thread.
+/// Drains or stops every running [`EventLoop`] from any thread.
 #[derive(Clone)]
 pub struct StopHandle {
-    command: Arc<AtomicU8>,
-    waker: Arc<Waker>,
+    pub(super) command: Arc<AtomicU8>,
+    pub(super) wakers: Vec<Arc<Waker>>,
 }
 
 impl std::fmt::Debug for StopHandle {
@@ -89,7 +107,13 @@ impl StopHandle {
         let _ = self
             .command
             .compare_exchange(RUN, DRAIN, Ordering::AcqRel, Ordering::Acquire);
-        let _ = self.waker.wake();
+        self.wake();
+    }
+
+    fn wake(&self) {
+        for waker in &self.wakers {
+            let _ = waker.wake();
+        }
     }
 
     /// Whether a drain or a stop was asked for.
@@ -100,7 +124,7 @@ impl StopHandle {
     /// Immediate: return from `run` at the next wake-up, closing every connection.
     pub fn stop(&self) {
         self.command.store(STOP, Ordering::Release);
-        let _ = self.waker.wake();
+        self.wake();
     }
 }
 
@@ -112,7 +136,7 @@ pub struct Shared {
     pub metrics: Arc<crate::metrics::Metrics>,
 }
 
-/// How a run ended.
+/// How a run ended (of one loop, or of all of them together).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
     /// Every connection finished before the drain deadline.
@@ -121,6 +145,24 @@ pub enum Ended {
     ForceClosed(usize),
     /// Stopped without draining.
     Stopped,
+}
+
+/// What one loop is made of, besides what every loop shares.
+pub(super) struct Parts {
+    pub shard: usize,
+    pub poll: Poll,
+    pub listener: Option<TcpListener>,
+    pub replies: ReplyRx,
+    pub inbox: crossbeam_channel::Receiver<Accepted>,
+}
+
+/// What every loop shares.
+pub(super) struct Common {
+    pub dispatcher: Dispatcher,
+    pub forward: Replies,
+    pub lanes: Arc<Lanes>,
+    pub command: Arc<AtomicU8>,
+    pub drain_lock: Arc<std::sync::Mutex<()>>,
 }
 
 impl EventLoop {
@@ -132,48 +174,43 @@ impl EventLoop {
         Ok((poll, waker))
     }
 
-    pub fn new(
-        poll: Poll,
-        waker: Arc<Waker>,
-        mut listener: TcpListener,
-        dispatcher: Dispatcher,
-        replies: ReplyRx,
-        shared: Shared,
-    ) -> io::Result<(EventLoop, StopHandle)> {
-        let Shared {
-            limits,
-            hub,
-            metrics,
-        } = shared;
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)?;
-        let command = Arc::new(AtomicU8::new(RUN));
-        let handle = StopHandle {
-            command: command.clone(),
-            waker,
-        };
-        Ok((
-            EventLoop {
-                poll,
-                listener: Some(listener),
-                conns: Slab::new(),
-                next_serial: 1,
-                dispatcher,
-                replies,
-                limits,
-                hub,
-                metrics,
-                codec: Default::default(),
-                codec_reported: Default::default(),
-                websockets: HashMap::new(),
-                ghosts: HashMap::new(),
-                command,
-                drain_deadline: None,
-                accept_retry_at: None,
-                accept_failing: false,
-            },
-            handle,
-        ))
+    pub(super) fn new(parts: Parts, common: &Common, shared: &Shared) -> io::Result<EventLoop> {
+        let Parts {
+            shard,
+            poll,
+            mut listener,
+            replies,
+            inbox,
+        } = parts;
+        if let Some(listener) = &mut listener {
+            poll.registry()
+                .register(listener, LISTENER, Interest::READABLE)?;
+        }
+        Ok(EventLoop {
+            shard,
+            poll,
+            listener,
+            lanes: common.lanes.clone(),
+            next_lane: 0,
+            forward: common.forward.clone(),
+            inbox,
+            conns: Slab::new(),
+            next_serial: 1,
+            dispatcher: common.dispatcher.clone(),
+            replies,
+            limits: shared.limits.clone(),
+            hub: shared.hub.clone(),
+            metrics: shared.metrics.clone(),
+            codec: Default::default(),
+            codec_reported: Default::default(),
+            websockets: HashMap::new(),
+            ghosts: HashMap::new(),
+            command: common.command.clone(),
+            drain_lock: common.drain_lock.clone(),
+            drain_deadline: None,
+            accept_retry_at: None,
+            accept_failing: false,
+        })
     }
 
     /// Serves until stopped, or until a drain completes.
@@ -188,6 +225,7 @@ impl EventLoop {
             }
             if let Some(deadline) = self.drain_deadline {
                 if self.conns.is_empty() {
+                    self.admit_handed_off();
                     return Ok(Ended::Drained);
                 }
                 if Instant::now() >= deadline {
@@ -203,10 +241,14 @@ impl EventLoop {
                 }
                 return Err(e);
             }
+            let busy_from = Instant::now();
             for event in &events {
                 match event.token() {
                     LISTENER => self.accept(),
-                    WAKER => self.deliver_replies(),
+                    WAKER => {
+                        self.admit_handed_off();
+                        self.deliver_replies();
+                    }
                     Token(slot) => {
                         self.on_conn_event(slot, event.is_read_closed() || event.is_error())
                     }
@@ -217,6 +259,7 @@ impl EventLoop {
                 last_sweep = now;
                 self.sweep(now);
             }
+            self.metrics.io_loop(self.shard).busy(busy_from.elapsed());
         }
     }
 
@@ -225,19 +268,21 @@ impl EventLoop {
         self.conns.len()
     }
 
-    /// Accepts until the listener would block.
+    /// Accepts until the listener would block (loop 0 only), handing each connection to the
+    /// loop with the fewest open.
     fn accept(&mut self) {
-        let Some(listener) = &self.listener else {
-            return;
-        };
         loop {
+            let Some(listener) = &self.listener else {
+                return;
+            };
             match listener.accept() {
                 Ok((stream, peer)) => {
                     if self.accept_failing {
                         self.accept_failing = false;
                         tracing::info!("accept works again");
                     }
-                    if self.conns.len() >= self.limits.max_connections {
+                    let open = self.metrics.connections_open.load(Ordering::Relaxed);
+                    if open >= self.limits.max_connections as i64 {
                         // Accepted and closed at once: the client learns immediately, and the
                         // backlog does not fill with connections we would never serve.
                         warn_limited!(%peer, max = self.limits.max_connections, "connection limit reached: closing a new connection");
@@ -247,30 +292,19 @@ impl EventLoop {
                     if let Err(e) = stream.set_nodelay(true) {
                         tracing::debug!("set_nodelay failed: {e}");
                     }
-                    let entry = self.conns.vacant_entry();
-                    let slot = entry.key();
-                    let id = ConnId {
-                        slot,
-                        serial: self.next_serial,
-                    };
-                    self.next_serial += 1;
-                    let mut conn =
-                        Conn::Http(Box::new(HttpConn::new(id, stream, peer, Instant::now())));
-                    if let Err(e) = self.poll.registry().register(
-                        conn.stream_mut(),
-                        Token(slot),
-                        Interest::READABLE | Interest::WRITABLE,
-                    ) {
-                        tracing::warn!("cannot register a connection: {e}");
-                        continue;
-                    }
-                    entry.insert(conn);
                     self.metrics
                         .connections_open
                         .fetch_add(1, Ordering::Relaxed);
                     self.metrics
                         .connections_total
                         .fetch_add(1, Ordering::Relaxed);
+                    let lane = self.least_loaded();
+                    self.metrics.io_loop(lane).opened();
+                    if lane == self.shard {
+                        self.admit(stream, peer);
+                    } else {
+                        self.lanes.hand_off(lane, Accepted { stream, peer });
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -286,6 +320,64 @@ impl EventLoop {
                 }
             }
         }
+    }
+
+    /// The loop with the fewest open connections; ties go round-robin.
+    fn least_loaded(&mut self) -> usize {
+        let loops = self.lanes.len();
+        if loops == 1 {
+            return 0;
+        }
+        let start = self.next_lane;
+        self.next_lane = (start + 1) % loops;
+        (0..loops)
+            .map(|k| (start + k) % loops)
+            .min_by_key(|&lane| self.metrics.io_loop(lane).open())
+            .unwrap_or(self.shard)
+    }
+
+    /// Connections loop 0 accepted for this loop. While draining they are closed, as the
+    /// listener's backlog is.
+    fn admit_handed_off(&mut self) {
+        while let Ok(Accepted { stream, peer }) = self.inbox.try_recv() {
+            if self.drain_deadline.is_some() {
+                drop(stream);
+                self.forget_connection();
+            } else {
+                self.admit(stream, peer);
+            }
+        }
+    }
+
+    /// Takes an accepted connection into this loop's table and poll.
+    fn admit(&mut self, stream: TcpStream, peer: std::net::SocketAddr) {
+        let entry = self.conns.vacant_entry();
+        let slot = entry.key();
+        let id = ConnId {
+            shard: self.shard,
+            slot,
+            serial: self.next_serial,
+        };
+        self.next_serial += 1;
+        let mut conn = Conn::Http(Box::new(HttpConn::new(id, stream, peer, Instant::now())));
+        if let Err(e) = self.poll.registry().register(
+            conn.stream_mut(),
+            Token(slot),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            tracing::warn!("cannot register a connection: {e}");
+            self.forget_connection();
+            return;
+        }
+        entry.insert(conn);
+    }
+
+    /// A connection of this loop is gone (or never arrived): the counts drop.
+    fn forget_connection(&self) {
+        self.metrics
+            .connections_open
+            .fetch_sub(1, Ordering::Relaxed);
+        self.metrics.io_loop(self.shard).closed();
     }
 
     fn sweep(&mut self, now: Instant) {
@@ -305,20 +397,28 @@ impl EventLoop {
         self.drain_deadline = Some(Instant::now() + self.limits.drain_timeout);
         if let Some(mut listener) = self.listener.take() {
             let _ = self.poll.registry().deregister(&mut listener);
+            // The loop that accepted says it once, for all of them.
+            tracing::info!(
+                connections = self.metrics.connections_open.load(Ordering::Relaxed),
+                queued = self.dispatcher.queued(),
+                deadline_ms = self.limits.drain_timeout.as_millis() as u64,
+                "draining: no longer accepting"
+            );
         }
-        tracing::info!(
-            connections = self.conns.len(),
-            queued = self.dispatcher.queued(),
-            deadline_ms = self.limits.drain_timeout.as_millis() as u64,
-            "draining: no longer accepting"
-        );
         for slot in self.slots() {
             self.on_drain(slot);
         }
     }
 
-    /// Answers 503 to every request no worker has started.
+    /// Answers 503 to every request no worker has started: this loop's own at once, another
+    /// loop's through that loop's reply queue. Under the drain lock, so that a request
+    /// another loop took off the queue and forwarded here is in the reply queue before this
+    /// loop reads it for the last time.
     fn refuse_unstarted(&mut self) {
+        let lock = self.drain_lock.clone();
+        let _taking = lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let unstarted = self.dispatcher.take_unstarted_requests();
         if !unstarted.is_empty() {
             tracing::warn!(
@@ -327,8 +427,15 @@ impl EventLoop {
             );
         }
         for (id, seq) in unstarted {
-            self.with_http(id, |conn, ctx| conn.on_unstarted(seq, ctx));
+            if id.shard == self.shard {
+                self.with_http(id, |conn, ctx| conn.on_unstarted(seq, ctx));
+            } else {
+                self.forward
+                    .to(id.shard)
+                    .send(Reply::Unstarted { conn: id, seq });
+            }
         }
+        self.deliver_replies();
     }
 
     /// The slots in use now (a snapshot, so connections can close while iterating).
@@ -339,9 +446,7 @@ impl EventLoop {
     pub(super) fn close(&mut self, slot: usize) {
         let mut conn = self.conns.remove(slot);
         conn.abandon();
-        self.metrics
-            .connections_open
-            .fetch_sub(1, Ordering::Relaxed);
+        self.forget_connection();
         if let Some(ws) = conn.ws_id() {
             self.websockets.remove(&ws);
             self.hub.closed(ws);

@@ -9,8 +9,6 @@ pub mod job;
 pub mod reply;
 mod worker;
 
-use std::thread::JoinHandle;
-
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use crate::pool::job::Job;
@@ -18,28 +16,30 @@ use std::sync::Arc;
 
 use crate::hub::Hub;
 use crate::runtime::state::WsLink;
-use reply::ReplyTx;
+use reply::Replies;
 
 /// The queue is full.
 #[derive(Debug)]
 pub struct Busy(pub Box<Job>);
 
-/// Worker threads and the queue that feeds them.
-#[derive(Debug)]
+/// The queue that feeds the worker threads. Cloned into every event loop: one pool serves
+/// them all, so its depth is one global bound. The threads run for the life of the process
+/// (a draining server exits without waiting for a handler that blocks).
+#[derive(Debug, Clone)]
 pub struct WorkerPool {
-    tx: Option<Sender<Box<Job>>>,
+    tx: Sender<Box<Job>>,
     /// Kept to take back jobs no worker has started, when the server drains.
     rx: Receiver<Box<Job>>,
-    threads: Vec<JoinHandle<()>>,
 }
 
 impl WorkerPool {
     /// Starts `workers` threads sharing a queue of `queue_depth` jobs. They send what comes
-    /// of each job through `reply`; their plugins reach WebSockets through `hub` and `reply`.
+    /// of each job through `reply` (to the event loop of its connection); their plugins reach
+    /// WebSockets through `hub` and `reply`.
     pub fn new(
         workers: usize,
         queue_depth: usize,
-        reply: ReplyTx,
+        reply: Replies,
         hub: Arc<Hub>,
     ) -> std::io::Result<Self> {
         let (tx, rx) = crossbeam_channel::bounded::<Box<Job>>(queue_depth);
@@ -47,28 +47,19 @@ impl WorkerPool {
             hub,
             out: Arc::new(reply.clone()),
         };
-        let mut threads = Vec::with_capacity(workers);
         for i in 0..workers {
             let rx = rx.clone();
             let (link, reply) = (link.clone(), reply.clone());
-            let thread = std::thread::Builder::new()
+            std::thread::Builder::new()
                 .name(format!("ankh-worker-{i}"))
                 .spawn(move || worker::Worker::new(reply, link).run(rx))?;
-            threads.push(thread);
         }
-        Ok(WorkerPool {
-            tx: Some(tx),
-            rx,
-            threads,
-        })
+        Ok(WorkerPool { tx, rx })
     }
 
     /// Queues a job, or gives it back if the queue is full.
     pub fn submit(&self, job: Box<Job>) -> Result<(), Busy> {
-        let Some(tx) = &self.tx else {
-            return Err(Busy(job));
-        };
-        match tx.try_send(job) {
+        match self.tx.try_send(job) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => Err(Busy(job)),
         }
@@ -88,19 +79,5 @@ impl WorkerPool {
     /// Takes every job no worker has started yet.
     pub fn take_queued(&self) -> Vec<Box<Job>> {
         self.rx.try_iter().collect()
-    }
-
-    /// Closes the queue: each worker exits once it finishes its current job. Does not wait
-    /// for them, since a handler may be blocked for a long time; see [`WorkerPool::join`].
-    pub fn close(&mut self) {
-        self.tx = None;
-    }
-
-    /// Closes the queue and waits for every worker to exit.
-    pub fn join(mut self) {
-        self.close();
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
     }
 }

@@ -1,8 +1,9 @@
-//! What a worker hands back to the I/O thread: a [`Reply`] through a [`ReplyTx`], which also
-//! wakes the I/O thread. The pool never names mio: the wake-up is a plain function.
+//! What a worker hands back to an event loop: a [`Reply`] through that loop's [`ReplyTx`],
+//! which also wakes the loop. [`Replies`] holds one per loop and picks the loop a reply is
+//! for. The pool never names mio: the wake-up is a plain function.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -48,6 +49,9 @@ pub enum Reply {
     },
     /// A plugin closes `ws`.
     Close { ws: WsId, code: u16, reason: String },
+    /// Request `seq` of `conn` was still queued when the drain deadline passed, and another
+    /// loop took it off the queue: answer it 503.
+    Unstarted { conn: ConnId, seq: u64 },
 }
 
 /// The sending half of the reply queue. Cloned into every worker.
@@ -104,24 +108,65 @@ impl ReplyRx {
     }
 }
 
-/// Plugins' WebSocket messages go out through the reply queue, like responses.
-impl crate::runtime::state::WsOut for ReplyTx {
-    fn send(&self, ws: WsId, message: Outbound) {
-        ReplyTx::send(self, Reply::Send { ws, message });
+/// The reply queues of every event loop, indexed by shard; cloned into every worker.
+#[derive(Clone, Debug)]
+pub struct Replies {
+    loops: Arc<[ReplyTx]>,
+    /// Held while one publish is queued on several loops, so that every loop's queue has the
+    /// publishes of a topic in the same order.
+    publishing: Arc<Mutex<()>>,
+}
+
+impl Replies {
+    pub fn new(loops: Vec<ReplyTx>) -> Self {
+        assert!(!loops.is_empty(), "at least one event loop");
+        Replies {
+            loops: loops.into(),
+            publishing: Arc::default(),
+        }
     }
 
-    fn close(&self, ws: WsId, code: u16, reason: String) {
-        ReplyTx::send(self, Reply::Close { ws, code, reason });
+    /// The queue of event loop `shard` (connection ids name theirs).
+    pub fn to(&self, shard: usize) -> &ReplyTx {
+        // An id always names a loop that exists; should one not, the first loop drops the
+        // reply as it does any reply for a connection it does not have.
+        self.loops.get(shard).unwrap_or(&self.loops[0])
     }
 
-    fn publish(&self, subscribers: Vec<WsId>, message: Outbound) {
-        ReplyTx::send(
-            self,
-            Reply::Publish {
-                subscribers,
-                message,
-            },
-        );
+    /// How many loops there are.
+    pub fn loops(&self) -> usize {
+        self.loops.len()
+    }
+}
+
+/// Plugins' WebSocket messages go out through the reply queue of the connection's loop, like
+/// responses.
+impl crate::runtime::state::WsOut for Replies {
+    fn send(&self, home: usize, ws: WsId, message: Outbound) {
+        self.to(home).send(Reply::Send { ws, message });
+    }
+
+    fn close(&self, home: usize, ws: WsId, code: u16, reason: String) {
+        self.to(home).send(Reply::Close { ws, code, reason });
+    }
+
+    /// One reply per loop that has subscribers, each with the same shared payload: a loop
+    /// prepares the frame once for all of its subscribers.
+    fn publish(&self, subscribers: Vec<(usize, WsId)>, message: Outbound) {
+        let runs = subscribers.chunk_by(|a, b| a.0 == b.0);
+        let several = runs.clone().nth(1).is_some();
+        let _order = several.then(|| {
+            self.publishing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        });
+        for run in runs {
+            // A clone shares the payload (`Bytes`): one copy for every loop.
+            self.to(run[0].0).send(Reply::Publish {
+                subscribers: run.iter().map(|(_, ws)| *ws).collect(),
+                message: message.clone(),
+            });
+        }
     }
 }
 

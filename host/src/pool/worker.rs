@@ -10,7 +10,7 @@ use crossbeam_channel::Receiver;
 use crate::access::Access;
 use crate::message::{Compressed, ConnId, DeflateWindow, WsEvent, WsId, WsMessage};
 use crate::pool::job::{EventJob, Job, RequestJob};
-use crate::pool::reply::{Inflated, Reply, ReplyTx};
+use crate::pool::reply::{Inflated, Replies, Reply};
 use crate::proto::frame::Violation;
 use crate::proto::ws_deflate::{Codec, InflateError};
 use crate::proto::{Version, header, ws};
@@ -24,7 +24,8 @@ use crate::runtime::state::WsLink;
 const CLOSE_INTERNAL_ERROR: u16 = crate::proto::frame::close_code::INTERNAL_ERROR;
 
 pub(super) struct Worker {
-    reply: ReplyTx,
+    /// The event loops' reply queues; a reply goes to the loop of its connection.
+    reply: Replies,
     link: WsLink,
     /// This worker's instance of each plugin it has served, by plugin name.
     instances: HashMap<Arc<str>, Instance>,
@@ -35,7 +36,7 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    pub(super) fn new(reply: ReplyTx, link: WsLink) -> Self {
+    pub(super) fn new(reply: Replies, link: WsLink) -> Self {
         Worker {
             reply,
             link,
@@ -66,7 +67,7 @@ impl Worker {
                     if catch_unwind(AssertUnwindSafe(|| self.deliver(job))).is_err() {
                         tracing::error!(%plugin, ws, "worker panicked while delivering an event");
                         self.instances.remove(&plugin);
-                        self.reply.send(Reply::EventDone {
+                        self.reply.to(conn.shard).send(Reply::EventDone {
                             conn,
                             ws,
                             inflated: None,
@@ -140,7 +141,7 @@ impl Worker {
         Box::new(ToConnection {
             conn,
             seq,
-            reply: self.reply.clone(),
+            reply: self.reply.to(conn.shard).clone(),
         })
     }
 
@@ -309,10 +310,11 @@ impl Worker {
         let extension = deflate.map(|d| d.response());
         let bytes =
             ws::switching_protocols(&accept, protocol.as_deref(), extension.as_deref(), &extra);
-        let ws_id = self.link.hub.open(&plugin.name);
+        let ws_id = self.link.hub.open(&plugin.name, conn.shard);
         call.mark_upgraded();
         call.log_upgrade();
-        self.reply.send(Reply::Upgrade {
+        let reply = self.reply.to(conn.shard).clone();
+        reply.send(Reply::Upgrade {
             conn,
             seq,
             bytes,
@@ -326,13 +328,13 @@ impl Worker {
         {
             let context = format!("open event of WebSocket {ws_id}");
             self.discard(plugin, &failure, Some(call.request_id), &context);
-            self.reply.send(Reply::Close {
+            reply.send(Reply::Close {
                 ws: ws_id,
                 code: CLOSE_INTERNAL_ERROR,
                 reason: "plugin failed".to_owned(),
             });
         }
-        self.reply.send(Reply::EventDone {
+        reply.send(Reply::EventDone {
             conn,
             ws: ws_id,
             inflated: None,
@@ -358,9 +360,11 @@ impl Worker {
             event => (Some(event), None),
         };
         if let Some(event) = event {
-            self.deliver_event(ws, &plugin, event);
+            self.deliver_event(conn, ws, &plugin, event);
         }
-        self.reply.send(Reply::EventDone { conn, ws, inflated });
+        self.reply
+            .to(conn.shard)
+            .send(Reply::EventDone { conn, ws, inflated });
     }
 
     /// A compressed message inflated against the client's window (which it grows), within its
@@ -399,7 +403,7 @@ impl Worker {
         (message, window)
     }
 
-    fn deliver_event(&mut self, ws: WsId, plugin: &Arc<Plugin>, event: WsEvent) {
+    fn deliver_event(&mut self, conn: ConnId, ws: WsId, plugin: &Arc<Plugin>, event: WsEvent) {
         let closing = matches!(event, WsEvent::Close { .. });
         match self.instance(plugin) {
             Ok(instance) => {
@@ -407,7 +411,7 @@ impl Worker {
                     let context = format!("event of WebSocket {ws}");
                     self.discard(plugin, &failure, None, &context);
                     if !closing {
-                        self.reply.send(Reply::Close {
+                        self.reply.to(conn.shard).send(Reply::Close {
                             ws,
                             code: CLOSE_INTERNAL_ERROR,
                             reason: "plugin failed".to_owned(),
@@ -421,7 +425,7 @@ impl Worker {
                 let context = format!("instantiating for WebSocket {ws}");
                 self.discard(plugin, &failure, None, &context);
                 if !closing {
-                    self.reply.send(Reply::Close {
+                    self.reply.to(conn.shard).send(Reply::Close {
                         ws,
                         code: CLOSE_INTERNAL_ERROR,
                         reason: "plugin unavailable".to_owned(),
@@ -432,11 +436,11 @@ impl Worker {
     }
 }
 
-/// A response for request `seq` of `conn`, through the reply queue to the I/O thread.
+/// A response for request `seq` of `conn`, through the reply queue of its event loop.
 struct ToConnection {
     conn: ConnId,
     seq: u64,
-    reply: ReplyTx,
+    reply: crate::pool::reply::ReplyTx,
 }
 
 impl Responder for ToConnection {

@@ -29,15 +29,16 @@ use crate::message::Outbound;
 use crate::message::WsId;
 
 /// How plugins' WebSocket messages leave the runtime, which knows nothing of connections: the
-/// pool implements it over its queue to the I/O thread that owns the sockets.
+/// pool implements it over its queues to the event loops that own the sockets. `home` is the
+/// loop of the connection, as the [`Hub`] knows it.
 pub trait WsOut: Send + Sync + std::fmt::Debug {
     /// A message for one connection.
-    fn send(&self, ws: WsId, message: Outbound);
+    fn send(&self, home: usize, ws: WsId, message: Outbound);
     /// Starts the closing handshake of one connection.
-    fn close(&self, ws: WsId, code: u16, reason: String);
-    /// One message for every subscriber of a topic, as one unit (so every subscriber sees a
-    /// topic's messages in one order).
-    fn publish(&self, subscribers: Vec<WsId>, message: Outbound);
+    fn close(&self, home: usize, ws: WsId, code: u16, reason: String);
+    /// One message for every subscriber of a topic (`(home, ws)`, ordered by home), as one
+    /// unit: every subscriber sees a topic's messages in one order.
+    fn publish(&self, subscribers: Vec<(usize, WsId)>, message: Outbound);
 }
 
 /// What the `websocket` import needs: the shared table of connections, and the way out to
@@ -368,14 +369,14 @@ impl HostState {
         self.ws.as_ref().ok_or(WsError::Unsupported)
     }
 
-    /// The link, if `conn` is an open connection of this plugin; `closed` otherwise, whether
-    /// it is closed, never existed, or belongs to another plugin.
-    fn own_connection(&self, conn: ConnectionId) -> Result<&WsLink, WsError> {
+    /// The link and the connection's event loop, if `conn` is an open connection of this
+    /// plugin; `closed` otherwise, whether it is closed, never existed, or belongs to another
+    /// plugin.
+    fn own_connection(&self, conn: ConnectionId) -> Result<(&WsLink, usize), WsError> {
         let link = self.ws_link()?;
-        if link.hub.is_open_for(conn, &self.tags.plugin) {
-            Ok(link)
-        } else {
-            Err(WsError::Closed)
+        match link.hub.home_for(conn, &self.tags.plugin) {
+            Some(home) => Ok((link, home)),
+            None => Err(WsError::Closed),
         }
     }
 }
@@ -388,8 +389,8 @@ impl websocket::Host for HostState {
         if message_len(&message) > self.limits.ws_max_message_bytes {
             return Err(WsError::TooLarge);
         }
-        let link = self.own_connection(conn)?;
-        link.out.send(conn, to_outbound(message));
+        let (link, home) = self.own_connection(conn)?;
+        link.out.send(home, conn, to_outbound(message));
         Ok(())
     }
 
@@ -403,8 +404,8 @@ impl websocket::Host for HostState {
         if reason.len() > MAX_CLOSE_REASON_BYTES {
             return Err(WsError::TooLarge);
         }
-        let link = self.own_connection(conn)?;
-        link.out.close(conn, code, reason);
+        let (link, home) = self.own_connection(conn)?;
+        link.out.close(home, conn, code, reason);
         Ok(())
     }
 
@@ -423,8 +424,8 @@ impl websocket::Host for HostState {
         Ok(link.hub.unsubscribe(&self.tags.plugin, conn, &topic)?)
     }
 
-    /// One copy of the message, shared by every subscriber's queue, and one reply to the I/O
-    /// thread for all of them: every subscriber of a topic sees its messages in one order.
+    /// One copy of the message, shared by every subscriber's queue, and one reply to each event
+    /// loop for its subscribers: every subscriber of a topic sees its messages in one order.
     fn publish(&mut self, topic: String, message: Message) -> Result<u32, WsError> {
         let link = self.ws_link()?;
         if message_len(&message) > self.limits.ws_max_message_bytes {

@@ -67,7 +67,11 @@ impl Router for Nowhere {
 
 fn conn() -> Box<HttpConn<Mem>> {
     Box::new(HttpConn::new(
-        ConnId { slot: 0, serial: 1 },
+        ConnId {
+            shard: 0,
+            slot: 0,
+            serial: 1,
+        },
         Mem::default(),
         "127.0.0.1:9".parse().unwrap(),
         Instant::now(),
