@@ -47,6 +47,17 @@ struct Scenario {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    // `--hyper N`: only the baseline, with N threads, until killed (to measure it from
+    // outside: CPU time, profiles). Prints its address.
+    if let Some(threads) = std::env::args().skip_while(|a| a != "--hyper").nth(1) {
+        let hyper = Hyper::start(threads.parse().expect("--hyper THREADS"));
+        println!("{}", hyper.addr);
+        loop {
+            std::thread::park();
+        }
+    }
+    // `--only hello`: one scenario.
+    let only = std::env::args().skip_while(|a| a != "--only").nth(1);
     let round = if quick {
         Duration::from_secs(2)
     } else {
@@ -56,6 +67,10 @@ fn main() {
     if Command::new("wrk").arg("--version").output().is_err() {
         eprintln!("the load benchmark needs wrk: apt-get install wrk");
         std::process::exit(2);
+    }
+    if std::env::args().any(|a| a == "--scaling") {
+        scaling(round, rounds);
+        return;
     }
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let default_workers = cores * ankh::limits::WORKERS_PER_CORE;
@@ -94,7 +109,10 @@ fn main() {
     let mut results = Vec::new();
     for s in &scenarios {
         let threads = s.threads.to_string();
-        let servers: [Contender<'_>; 4] = [
+        if only.as_deref().is_some_and(|o| o != s.name) {
+            continue;
+        }
+        let servers: [Contender<'_>; 5] = [
             (
                 format!("ankh ({} workers)", s.threads),
                 Box::new(|| {
@@ -120,6 +138,16 @@ fn main() {
                         &plugin,
                         "index.wasm",
                         &["--workers", &threads, "--no-access-log"],
+                    )) as Box<dyn Server>
+                }),
+            ),
+            (
+                "ankh, 1 I/O thread".to_owned(),
+                Box::new(|| {
+                    Box::new(benches::start_ankh(
+                        &plugin,
+                        "index.wasm",
+                        &["--workers", &threads, "--io-threads", "1"],
                     )) as Box<dyn Server>
                 }),
             ),
@@ -187,6 +215,91 @@ fn main() {
     )
     .unwrap();
     println!("wrote {}", out.join("load.json").display());
+}
+
+/// `--scaling`: hello world for 1, 2 and 4 event loops (and hyper with one thread per core
+/// beside them), with wrk on the same cores, then with wrk on CPU 0 and the server on the rest.
+fn scaling(round: Duration, rounds: usize) {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert!(cores >= 2, "the pinned half needs two CPUs");
+    let plugin = benches::build_example_plugins(Some("bench")).join("bench.wasm");
+    let server_cpus = format!("1-{}", cores - 1);
+    let all_cpus = format!("0-{}", cores - 1);
+    let loops = ["1", "2", "4"];
+    println!(
+        "{:<26} {:>10} {:>8} {:>12} {:>8}",
+        "server (hello, 64 conns)", "shared", "p99 ms", "wrk on CPU 0", "p99 ms"
+    );
+    let mut rows = Vec::new();
+    for name in loops
+        .iter()
+        .map(|n| format!("ankh, {n} I/O thread(s)"))
+        .chain([format!("hyper ({cores} threads)")])
+    {
+        rows.push((name, [Run::default(), Run::default()]));
+    }
+    for _ in 0..rounds {
+        for (placement, pinned) in [(0, false), (1, true)] {
+            for (i, (_, best)) in rows.iter_mut().enumerate() {
+                let wrk_cpus = pinned.then_some("0");
+                let run = if let Some(n) = loops.get(i) {
+                    let ankh = benches::start_ankh(&plugin, "index.wasm", &["--io-threads", n]);
+                    if pinned {
+                        benches::pin(ankh.pid(), &server_cpus);
+                    }
+                    let url = format!("http://{}/", ankh.addr);
+                    benches::wrk_on(wrk_cpus, &url, 64, Duration::from_secs(1));
+                    benches::wrk_on(wrk_cpus, &url, 64, round)
+                } else {
+                    let hyper = Hyper::start(cores);
+                    if pinned {
+                        benches::pin(std::process::id(), &server_cpus);
+                    }
+                    let url = format!("http://{}/", hyper.addr);
+                    benches::wrk_on(wrk_cpus, &url, 64, Duration::from_secs(1));
+                    let run = benches::wrk_on(wrk_cpus, &url, 64, round);
+                    drop(hyper);
+                    benches::pin(std::process::id(), &all_cpus);
+                    run
+                };
+                if run.rps > best[placement].rps {
+                    best[placement] = run;
+                }
+            }
+        }
+    }
+    let hyper = rows.last().map(|(_, b)| b.clone()).unwrap_or_default();
+    let mut json_rows = Vec::new();
+    for (name, [shared, pinned]) in &rows {
+        println!(
+            "{name:<26} {:>10.0} {:>8.2} {:>12.0} {:>8.2}   ({:.2} / {:.2} of hyper)",
+            shared.rps,
+            shared.p99_ms,
+            pinned.rps,
+            pinned.p99_ms,
+            shared.rps / hyper[0].rps,
+            pinned.rps / hyper[1].rps
+        );
+        json_rows.push(json!({
+            "server": name,
+            "shared": {"rps": shared.rps, "p99_ms": shared.p99_ms},
+            "pinned": {"rps": pinned.rps, "p99_ms": pinned.p99_ms},
+        }));
+    }
+    let out = benches::root().join("target/bench-results");
+    std::fs::create_dir_all(&out).unwrap();
+    let doc = json!({
+        "machine": benches::machine(),
+        "round_seconds": round.as_secs(),
+        "rounds": rounds,
+        "rows": json_rows,
+    });
+    std::fs::write(
+        out.join("scaling.json"),
+        serde_json::to_string_pretty(&doc).unwrap(),
+    )
+    .unwrap();
+    println!("wrote {}", out.join("scaling.json").display());
 }
 
 /// A server under test, with how to start it.

@@ -70,7 +70,20 @@ pub struct Run {
 
 /// Runs wrk against `url` and reads its summary.
 pub fn wrk(url: &str, connections: usize, duration: Duration) -> Run {
-    let out = Command::new("wrk")
+    wrk_on(None, url, connections, duration)
+}
+
+/// [`wrk`], on the CPUs `cpus` (a `taskset` list such as `0`), or anywhere.
+pub fn wrk_on(cpus: Option<&str>, url: &str, connections: usize, duration: Duration) -> Run {
+    let mut command = match cpus {
+        Some(cpus) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", cpus, "wrk"]);
+            c
+        }
+        None => Command::new("wrk"),
+    };
+    let out = command
         .args(["-t2", "--latency", "--timeout", "5s"])
         .arg(format!("-c{connections}"))
         .arg(format!("-d{}s", duration.as_secs().max(1)))
@@ -254,6 +267,16 @@ pub fn serve(dir: &Path, cache: &Path, args: &[&str]) -> Ankh {
         own_dir: None,
         log: log_path,
     }
+}
+
+/// Moves every thread of process `pid` onto the CPUs `cpus` (a `taskset` list).
+pub fn pin(pid: u32, cpus: &str) {
+    let status = Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &pid.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .expect("taskset (util-linux)");
+    assert!(status.success(), "taskset failed");
 }
 
 /// A number that differs between calls, for unique directory names.

@@ -160,7 +160,7 @@ fn sends_and_publishes_reach_websockets_on_every_loop() {
 
 #[test]
 fn concurrent_publishes_arrive_in_one_order_on_every_loop() {
-    const EACH: usize = 100;
+    const EACH: usize = 200;
     let s = server(2);
     let mut clients = four_clients(&s);
     for (ws, _) in &mut clients {
@@ -206,4 +206,50 @@ fn concurrent_publishes_arrive_in_one_order_on_every_loop() {
         let expected: Vec<String> = (0..EACH).map(|n| format!("p{p}-{n}")).collect();
         assert_eq!(mine, expected.iter().collect::<Vec<_>>());
     }
+}
+
+#[test]
+fn at_the_drain_deadline_queued_requests_of_every_loop_get_503() {
+    // One worker, busy for 30 s; four requests queued behind it, two on each loop. Whichever
+    // loop takes them off the queue at the deadline answers its own and hands the others to
+    // their loop: all four get 503.
+    let mut s = Options::default()
+        .plugin(plugins::PROBE)
+        .flag("--io-threads", 2)
+        .flag("--workers", 1)
+        .flag("--drain-timeout-ms", 1000)
+        .arg("--admin")
+        .arg("127.0.0.1:0")
+        .start();
+    let admin = admin_addr(&s);
+    let mut busy = s.connect();
+    busy.write_all(b"GET /probe/sleep?ms=30000 HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let queued: Vec<TcpStream> = (0..4)
+        .map(|i| {
+            let mut c = s.connect();
+            write!(
+                c,
+                "GET /probe/status/200?body=q{i} HTTP/1.1\r\nHost: a\r\n\r\n"
+            )
+            .unwrap();
+            c
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    while value(&scrape(admin), "ankh_queue_depth", &[]) < 4.0 {
+        assert!(
+            started.elapsed() < crate::harness::PATIENCE,
+            "the requests never queued"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(per_loop(&s), vec![3.0, 2.0]);
+    s.signal("TERM");
+    for c in queued {
+        let resp = read_response(&mut BufReader::new(c), false);
+        assert_eq!(resp.status, 503, "{}", s.log());
+    }
+    assert!(crate::harness::is_closed(&mut busy));
+    assert!(s.wait_exit().success());
 }
