@@ -268,7 +268,7 @@ fn scaling(round: Duration, rounds: usize) {
             }
         }
     }
-    let hyper = rows.last().map(|(_, b)| b.clone()).unwrap_or_default();
+    let hyper = rows.last().map(|(_, b)| *b).unwrap_or_default();
     let mut json_rows = Vec::new();
     for (name, [shared, pinned]) in &rows {
         println!(
