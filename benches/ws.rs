@@ -124,6 +124,15 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
+/// The first of a fresh range of source addresses (127.0.0.N) for `IDLE_CONNECTIONS`
+/// connections, 10,000 per address: each phase that opens them has its own, since the
+/// closed connections of an earlier phase hold their ports (TIME_WAIT) for a minute.
+fn fresh_sources() -> u8 {
+    static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
+    let per_phase = IDLE_CONNECTIONS.div_ceil(10_000) as u8;
+    NEXT.fetch_add(per_phase, Ordering::Relaxed)
+}
+
 /// Opens a WebSocket to ankh's `/bench/ws` from source address 127.0.0.`source`.
 fn open_raw(addr: SocketAddr, source: u8) -> TcpStream {
     open_raw_offering(addr, source, None)
@@ -188,32 +197,59 @@ fn main() {
             "50000",
         ],
     );
+    let one_loop = benches::start_ankh(
+        &plugin,
+        "bench.wasm",
+        &[
+            "--workers",
+            &workers.to_string(),
+            "--max-connections",
+            "50000",
+            "--io-threads",
+            "1",
+        ],
+    );
     let native = start_native(cores);
-    let (mut best_ankh, mut best_native) = (0f64, 0f64);
+    let (mut best_ankh, mut best_one, mut best_native) = (0f64, 0f64, 0f64);
     for _ in 0..ROUNDS {
         best_ankh = best_ankh.max(echo_rate(ankh.addr, "/bench/ws"));
+        best_one = best_one.max(echo_rate(one_loop.addr, "/bench/ws"));
         best_native = best_native.max(echo_rate(native, "/"));
     }
     println!(
-        "| echo round trips/s, {CONNECTIONS} connections | ankh ({workers} workers) | tokio-tungstenite ({cores} threads) | ratio |"
+        "| echo round trips/s, {CONNECTIONS} connections | ankh ({workers} workers, {cores} I/O threads) | ankh, 1 I/O thread | tokio-tungstenite ({cores} threads) | ratio (default / 1 loop) |"
     );
-    println!("|---|---|---|---|");
+    println!("|---|---|---|---|---|");
     println!(
-        "| best of {ROUNDS} × {}s | {best_ankh:.0} | {best_native:.0} | {:.2} |",
+        "| best of {ROUNDS} × {}s | {best_ankh:.0} | {best_one:.0} | {best_native:.0} | {:.2} / {:.2} |",
         ROUND.as_secs(),
-        best_ankh / best_native
+        best_ankh / best_native,
+        best_one / best_native
     );
     drop(ankh);
+    drop(one_loop);
 
-    // 2. and 3. Idle connections and one broadcast.
+    // 2. and 3. Idle connections and one broadcast, with one event loop and with the default.
+    for io_threads in [1, cores] {
+        idle_and_publish(&plugin, cores, io_threads);
+    }
+
+    compression(&plugin, cores);
+}
+
+/// 19,000 idle WebSockets on a server with `io_threads` event loops: memory per connection,
+/// then one publish to all of them.
+fn idle_and_publish(plugin: &std::path::Path, cores: usize, io_threads: usize) {
     let ankh = benches::start_ankh(
-        &plugin,
+        plugin,
         "bench.wasm",
         &[
             "--workers",
             &(cores * 4).to_string(),
             "--max-connections",
             "50000",
+            "--io-threads",
+            &io_threads.to_string(),
         ],
     );
     let pid = ankh.pid();
@@ -222,15 +258,16 @@ fn main() {
     std::thread::sleep(Duration::from_millis(300));
     let before = rss_kib(pid);
     let started = Instant::now();
+    let sources = fresh_sources();
     let mut clients: Vec<TcpStream> = (0..IDLE_CONNECTIONS)
-        .map(|i| open_raw(ankh.addr, 2 + (i / 10_000) as u8))
+        .map(|i| open_raw(ankh.addr, sources + (i / 10_000) as u8))
         .collect();
     let connect_time = started.elapsed();
     std::thread::sleep(Duration::from_secs(1));
     let after = rss_kib(pid);
     let per_conn = (after.saturating_sub(before)) as f64 * 1024.0 / IDLE_CONNECTIONS as f64;
     println!();
-    println!("| {IDLE_CONNECTIONS} idle WebSockets | value |");
+    println!("| {IDLE_CONNECTIONS} idle WebSockets, {io_threads} I/O thread(s) | value |");
     println!("|---|---|");
     println!("| opened in | {:.1} s |", connect_time.as_secs_f64());
     println!("| ankh RSS before / after | {before} KiB / {after} KiB |");
@@ -259,10 +296,6 @@ fn main() {
         "| one publish to {received} subscribers, until the last has it | {:.0} ms |",
         fanout.as_secs_f64() * 1000.0
     );
-    drop(clients);
-    drop(ankh);
-
-    compression(&plugin, cores);
 }
 
 /// A masked client frame (`first`: FIN, RSV and opcode).
@@ -457,9 +490,10 @@ fn compression(plugin: &std::path::Path, cores: usize) {
         let mut publisher = open_raw(ankh.addr, 1);
         std::thread::sleep(Duration::from_millis(300));
         let before = rss_kib(pid);
+        let sources = fresh_sources();
         let mut clients: Vec<BufReader<TcpStream>> = (0..IDLE_CONNECTIONS)
             .map(|i| {
-                let s = open_raw_offering(ankh.addr, 2 + (i / 10_000) as u8, offer);
+                let s = open_raw_offering(ankh.addr, sources + (i / 10_000) as u8, offer);
                 s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
                 BufReader::new(s)
             })

@@ -52,6 +52,15 @@ fn init_logging(log: &LogConfig) {
             }
         })
         .clone();
+    // Access lines formatted directly (see `ankh::access`), except for a person at a
+    // coloured terminal, who gets them in colour like every other line.
+    if log.access_log && !colour {
+        let access = writer.clone();
+        ankh::access::install(ankh::access::Sink {
+            json: log.json,
+            write: Box::new(move |line| access.append_access(line)),
+        });
+    }
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colour)
@@ -90,6 +99,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             handle_signals(server.stop_handle())?;
             tracing::info!(
                 workers = config.workers,
+                io_threads = config.io_threads,
                 plugins = mounted,
                 pooling = server.runtime.pooling,
                 "listening on http://{}",
