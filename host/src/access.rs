@@ -17,12 +17,15 @@ use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
 /// The target of access lines.
 pub const TARGET: &str = "ankh::access";
 
+/// Takes one whole access line, newline included.
+pub type WriteLine = dyn Fn(&[u8]) + Send + Sync;
+
 /// Where formatted access lines go.
 pub struct Sink {
     /// One JSON object per line, as `--log-format json` writes them; else text.
     pub json: bool,
-    /// Takes one whole line, newline included.
-    pub write: Box<dyn Fn(&[u8]) + Send + Sync>,
+    /// Where each line goes.
+    pub write: Box<WriteLine>,
 }
 
 static SINK: OnceLock<Sink> = OnceLock::new();
