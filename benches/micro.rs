@@ -27,6 +27,7 @@ use ankh::proto::response::{RequestMeta, encode};
 use ankh::runtime::bindings::types;
 use ankh::runtime::call::{CallContext, Origin, Responder};
 use ankh::runtime::engine::{Runtime, RuntimeConfig};
+use ankh::runtime::exec::block_on;
 use ankh::runtime::instance::Instance;
 use ankh::runtime::plugin::Plugin;
 use ankh::runtime::state::WsLink;
@@ -142,6 +143,7 @@ fn gzip(c: &mut Criterion) {
 fn runtime(pooling: bool) -> Arc<Runtime> {
     Runtime::new(RuntimeConfig {
         workers: 4,
+        max_calls: 64,
         memory_bytes: Limits::default().guest_memory_bytes,
         cpu_deadline: Duration::from_secs(2),
         handler_timeout: Limits::default().handler_timeout,
@@ -224,7 +226,7 @@ fn plugin(c: &mut Criterion) {
     };
 
     let mut g = c.benchmark_group("plugin");
-    let mut instance = Instance::new(plugin.clone(), link.clone())
+    let mut instance = block_on(Instance::new(&plugin, link.clone()))
         .map_err(|f| f.error)
         .unwrap();
     let mut buf = Vec::new();
@@ -236,7 +238,8 @@ fn plugin(c: &mut Criterion) {
                 Box::new(ToReplies(reply.clone())),
                 std::mem::take(&mut buf),
             );
-            let (outcome, call) = instance.handle_request(&request, call, Default::default());
+            let (outcome, call) =
+                block_on(instance.handle_request(&request, call, Default::default()));
             match outcome.unwrap() {
                 types::Outcome::Respond(r) => assert_eq!(r.status, 200),
                 _ => panic!("the bench plugin responds"),
@@ -247,7 +250,7 @@ fn plugin(c: &mut Criterion) {
     g.bench_function("instantiate-pooling", |b| {
         b.iter(|| {
             black_box(
-                Instance::new(plugin.clone(), link.clone())
+                block_on(Instance::new(&plugin, link.clone()))
                     .map_err(|f| f.error)
                     .unwrap(),
             )
@@ -256,7 +259,7 @@ fn plugin(c: &mut Criterion) {
     g.bench_function("instantiate-on-demand", |b| {
         b.iter(|| {
             black_box(
-                Instance::new(plugin_on_demand.clone(), link.clone())
+                block_on(Instance::new(&plugin_on_demand, link.clone()))
                     .map_err(|f| f.error)
                     .unwrap(),
             )

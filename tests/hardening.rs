@@ -296,10 +296,11 @@ fn issue12_10_queued_requests_run_during_a_drain_and_only_what_cannot_start_gets
         assert_eq!((resp.status, resp.text()), (200, "slept 500".to_owned()));
     }
     assert!(s.wait_exit().success());
-    // One worker, a 1 s drain, a call of 30 s ahead of a queued request: the queued one cannot
-    // start before the deadline, and gets 503 when it passes.
+    // One call slot, a 1 s drain, a call of 30 s ahead of a queued request: the queued one
+    // cannot start before the deadline, and gets 503 when it passes.
     let mut s = probe()
         .flag("--workers", 1)
+        .flag("--max-calls", 1)
         .flag("--drain-timeout-ms", 1000)
         .arg("--admin")
         .arg("127.0.0.1:0")
@@ -308,6 +309,9 @@ fn issue12_10_queued_requests_run_during_a_drain_and_only_what_cannot_start_gets
     let mut busy = s.connect();
     busy.write_all(b"GET /probe/sleep?ms=30000 HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
+    // The sleeper holds the one call slot before the other request arrives (two connections
+    // may reach two event loops in either order).
+    s.wait_for_log("sleeping 30000");
     let mut queued = s.connect();
     queued
         .write_all(b"GET /probe/status/200?body=queued HTTP/1.1\r\nHost: a\r\n\r\n")

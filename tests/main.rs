@@ -50,3 +50,5 @@ mod kv;
 mod compression;
 // Several event loops: connections spread and kept, messages across loops: issue 17.
 mod shards;
+// Waits that hold no thread: sleeping, cancelled, bounded and computing calls, commits: issue 18.
+mod waits;

@@ -14,6 +14,7 @@ use ankh::proto::Version;
 use ankh::runtime::bindings::types;
 use ankh::runtime::call::{CallContext, Origin, Responder};
 use ankh::runtime::engine::{Runtime, RuntimeConfig};
+use ankh::runtime::exec::block_on;
 use ankh::runtime::instance::{Instance, InvokeError};
 use ankh::runtime::plugin::Plugin;
 use ankh::runtime::state::{WsLink, WsOut};
@@ -47,6 +48,7 @@ fn runtime(cpu_deadline: Duration) -> Arc<Runtime> {
     let limits = Limits::default();
     Runtime::new(RuntimeConfig {
         workers: 1,
+        max_calls: 64,
         memory_bytes: limits.guest_memory_bytes,
         cpu_deadline,
         handler_timeout: limits.handler_timeout,
@@ -102,7 +104,9 @@ fn instance(runtime: &Runtime, name: &str, wasm: &str) -> Instance {
         hub: Arc::new(Hub::default()),
         out: Arc::new(NoSockets),
     };
-    Instance::new(plugin, link).map_err(|f| f.error).unwrap()
+    block_on(Instance::new(&plugin, link))
+        .map_err(|f| f.error)
+        .unwrap()
 }
 
 #[test]
@@ -110,11 +114,11 @@ fn a_plugin_answers_through_the_runtime_alone() {
     let runtime = runtime(Duration::from_secs(2));
     let mut hello = instance(&runtime, "hello", plugins::HELLO);
     let kept = Kept::default();
-    let (outcome, call) = hello.handle_request(
+    let (outcome, call) = block_on(hello.handle_request(
         &request("/hello", "/hello"),
         call("hello", &kept),
         Cancel::default(),
-    );
+    ));
     match outcome.map_err(|f| f.error).unwrap() {
         types::Outcome::Respond(r) => {
             assert_eq!(r.status, 200);
@@ -132,11 +136,11 @@ fn the_runtime_alone_enforces_a_calls_limits_and_its_cancellation() {
     let runtime = runtime(Duration::from_millis(100));
     let mut spin = instance(&runtime, "spin", plugins::SPIN);
     let kept = Kept::default();
-    let (outcome, _) = spin.handle_request(
+    let (outcome, _) = block_on(spin.handle_request(
         &request("/spin/loop", "/spin"),
         call("spin", &kept),
         Cancel::default(),
-    );
+    ));
     let Err(failure) = outcome else {
         panic!("a runaway loop fails");
     };
@@ -152,7 +156,7 @@ fn the_runtime_alone_enforces_a_calls_limits_and_its_cancellation() {
     let mut req = request("/probe/sleep", "/probe");
     req.query = "ms=60000".into();
     let started = std::time::Instant::now();
-    let (outcome, _) = probe.handle_request(&req, call("probe", &kept), cancel);
+    let (outcome, _) = block_on(probe.handle_request(&req, call("probe", &kept), cancel));
     let Err(failure) = outcome else {
         panic!("a cancelled call fails");
     };

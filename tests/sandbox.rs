@@ -174,9 +174,12 @@ fn a67_bad_plugin_files_are_refused_and_the_rest_served() {
 
 #[test]
 fn a72_a_full_queue_answers_503_with_retry_after_and_recovers() {
+    // A sleeping call holds no thread, so what fills the queue is the cap on calls in flight.
     let s = Options::default()
         .plugin(plugins::PROBE)
         .arg("--workers")
+        .arg("1")
+        .arg("--max-calls")
         .arg("1")
         .arg("--queue-depth")
         .arg("1")
@@ -191,8 +194,8 @@ fn a72_a_full_queue_answers_503_with_retry_after_and_recovers() {
             .unwrap();
         stream
     };
-    // One request occupies the worker (observed), one fills the queue (observed); the rest
-    // are turned away at once.
+    // One request takes the one call slot (observed), one fills the queue (observed); the
+    // rest are turned away at once.
     let mut streams = vec![send()];
     s.wait_for_log("sleeping 1500");
     streams.push(send());

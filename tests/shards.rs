@@ -210,13 +210,14 @@ fn concurrent_publishes_arrive_in_one_order_on_every_loop() {
 
 #[test]
 fn at_the_drain_deadline_queued_requests_of_every_loop_get_503() {
-    // One worker, busy for 30 s; four requests queued behind it, two on each loop. Whichever
-    // loop takes them off the queue at the deadline answers its own and hands the others to
-    // their loop: all four get 503.
+    // One call slot, taken for 30 s; four requests queued behind it, two on each loop.
+    // Whichever loop takes them off the queue at the deadline answers its own and hands the
+    // others to their loop: all four get 503.
     let mut s = Options::default()
         .plugin(plugins::PROBE)
         .flag("--io-threads", 2)
         .flag("--workers", 1)
+        .flag("--max-calls", 1)
         .flag("--drain-timeout-ms", 1000)
         .arg("--admin")
         .arg("127.0.0.1:0")
@@ -225,6 +226,8 @@ fn at_the_drain_deadline_queued_requests_of_every_loop_get_503() {
     let mut busy = s.connect();
     busy.write_all(b"GET /probe/sleep?ms=30000 HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
+    // The sleeper holds the one call slot before the others arrive.
+    s.wait_for_log("sleeping 30000");
     let queued: Vec<TcpStream> = (0..4)
         .map(|i| {
             let mut c = s.connect();

@@ -443,6 +443,16 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         |c| c.limits.queue_depth
     ),
     number!(
+        "limits.max_calls",
+        "max-calls",
+        Count,
+        1,
+        100_000,
+        limits::MAX_CALLS,
+        "Plugin calls in flight at once, running or waiting (a sleep, a socket); each holds an instance and a fiber stack. Past this, requests wait in the queue",
+        |c| c.limits.max_calls
+    ),
+    number!(
         "limits.cpu_deadline_ms",
         "cpu-deadline-ms",
         Millis,

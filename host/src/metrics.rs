@@ -30,6 +30,8 @@ pub struct Metrics {
     pub connections_total: AtomicU64,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
+    /// Plugin calls started and not finished: running, or suspended in a wait.
+    pub calls_in_flight: AtomicI64,
     /// WebSocket messages the server compressed (a publish counts once).
     ws_deflated: AtomicU64,
     /// Compressed WebSocket messages from clients, inflated.
@@ -91,6 +93,10 @@ pub struct PluginMetrics {
     /// Instances replaced because their memory grew past `recycle_growth_mib`.
     pub memory_recycles: AtomicU64,
     pub live_instances: AtomicI64,
+    /// Instances kept between calls.
+    pub idle_instances: AtomicI64,
+    /// Calls started and not finished: running, or suspended in a wait.
+    pub calls_in_flight: AtomicI64,
     pub reloads: AtomicU64,
 }
 
@@ -188,6 +194,12 @@ impl Metrics {
             "Requests waiting for a worker.",
             "gauge",
             queued.to_string(),
+        );
+        gauge(
+            "ankh_calls_in_flight",
+            "Plugin calls started and not finished: running, or waiting without holding a thread.",
+            "gauge",
+            self.calls_in_flight.load(Ordering::Relaxed).to_string(),
         );
         gauge(
             "ankh_bytes_in_total",
@@ -325,7 +337,7 @@ impl Metrics {
                 "ankh_plugin_request_duration_seconds_count{{plugin=\"{plugin}\"}} {count}"
             );
         }
-        let per_plugin: [Family; 9] = [
+        let per_plugin: [Family; 11] = [
             (
                 "ankh_plugin_traps_total",
                 "Calls that trapped.",
@@ -363,6 +375,18 @@ impl Metrics {
             ("ankh_plugin_instances", "Live instances.", "gauge", |m| {
                 m.live_instances.load(Ordering::Relaxed).to_string()
             }),
+            (
+                "ankh_plugin_instances_idle",
+                "Instances kept between calls (instances.max_idle).",
+                "gauge",
+                |m| m.idle_instances.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "ankh_plugin_calls_in_flight",
+                "Calls started and not finished: running, or waiting without holding a thread.",
+                "gauge",
+                |m| m.calls_in_flight.load(Ordering::Relaxed).to_string(),
+            ),
             (
                 "ankh_plugin_instance_memory_bytes",
                 "Linear memory of the plugin's live instances, together.",

@@ -75,6 +75,7 @@ impl Server {
         let store = crate::kv::Store::open(&config.store())?;
         let runtime = Runtime::new(RuntimeConfig {
             workers: config.workers,
+            max_calls: config.limits.max_calls,
             memory_bytes: config.limits.guest_memory_bytes,
             cpu_deadline: config.limits.guest_cpu_deadline,
             handler_timeout: config.limits.handler_timeout,
@@ -88,6 +89,11 @@ impl Server {
         })
         .context("cannot set up the wasm runtime")?;
         let registry = Arc::new(Registry::default());
+        crate::runtime::instances::start_trimming(
+            Arc::downgrade(&registry),
+            crate::limits::INSTANCE_TRIM_INTERVAL,
+        )
+        .context("cannot start the instance trimming thread")?;
         let loads = Loads::new(runtime.clone(), registry.clone());
         // Watching first, so that a change made while the plugins load is not missed.
         let reloader = if config.watch {
@@ -122,8 +128,10 @@ impl Server {
         let pool = WorkerPool::new(
             config.workers,
             config.limits.queue_depth,
+            config.limits.max_calls,
             replies.clone(),
             hub.clone(),
+            runtime.metrics.clone(),
         )
         .context("cannot start worker threads")?;
         let dispatcher = Dispatcher::new(registry.clone(), pool);

@@ -27,6 +27,7 @@ pub(crate) struct Report {
 pub(crate) fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report> {
     let runtime = Runtime::new(RuntimeConfig {
         workers: 1,
+        max_calls: 16,
         memory_bytes: config.limits.guest_memory_bytes,
         cpu_deadline: config.limits.guest_cpu_deadline,
         handler_timeout: config.limits.handler_timeout,

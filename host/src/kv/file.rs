@@ -40,7 +40,7 @@ use redb::{
 
 use super::handoff::{self, Answer as Reply, Inbox};
 use super::rules::{self, Entry, Txn};
-use super::{Backend, Bounds, KvError, Millis, Stats, Usage, Write, Written};
+use super::{Backend, Bounds, KvError, Millis, Pending, Stats, Usage, Write, Written};
 use crate::limits::{KV_FILE_CACHE_BYTES, KV_GROUP_COMMIT_MAX, KV_REOPEN_INTERVAL};
 
 /// The database file inside the data directory.
@@ -207,12 +207,13 @@ impl File {
         result.map_err(|e| self.shared.storage_failed(e))
     }
 
-    /// Hands `msg` (built around the answering end) to the writer and waits for its answer.
-    fn send<T>(&self, msg: impl FnOnce(Reply<Result<T, KvError>>) -> Msg) -> Result<T, KvError> {
-        let stopped = || unavailable("the store is shutting down");
+    /// Hands `msg` (built around the answering end) to the writer; its answer comes later.
+    fn queue<T>(&self, msg: impl FnOnce(Reply<Result<T, KvError>>) -> Msg) -> Pending<T> {
         let (reply, waiting) = handoff::answer();
-        self.inbox.push(msg(reply)).map_err(|_| stopped())?;
-        waiting.wait().unwrap_or_else(|| Err(stopped()))
+        match self.inbox.push(msg(reply)) {
+            Ok(()) => Pending::answer(waiting),
+            Err(_) => Pending::ready(Err(unavailable("the store is shutting down"))),
+        }
     }
 }
 
@@ -345,14 +346,8 @@ impl Backend for File {
         })
     }
 
-    fn write(
-        &self,
-        ns: &str,
-        write: Write,
-        bounds: &Bounds,
-        now: Millis,
-    ) -> Result<Written, KvError> {
-        self.send(|reply| Msg::Write {
+    fn write(&self, ns: &str, write: Write, bounds: &Bounds, now: Millis) -> Pending<Written> {
+        self.queue(|reply| Msg::Write {
             ns: ns.to_owned(),
             write,
             bounds: *bounds,
@@ -374,7 +369,7 @@ impl Backend for File {
     }
 
     fn sweep(&self, now: Millis, max: usize) -> Result<usize, KvError> {
-        self.send(|reply| Msg::Sweep { now, max, reply })
+        self.queue(|reply| Msg::Sweep { now, max, reply }).wait()
     }
 
     fn stats(&self) -> &Arc<Stats> {

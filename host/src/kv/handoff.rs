@@ -8,9 +8,14 @@
 //!
 //! - [`Inbox`]: many senders, one receiver that takes everything waiting in one go (which is
 //!   what group commit wants anyway).
-//! - [`answer`]: a one-shot answer, `None` if the answering side was dropped unanswered.
+//! - [`answer`]: a one-shot answer, `None` if the answering side was dropped unanswered. It
+//!   is awaited by a plugin call (whose fiber is suspended meanwhile, freeing its worker
+//!   thread) or waited for by a thread that has nothing else to do.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -83,7 +88,7 @@ impl<T> Inbox<T> {
 /// The two ends of a one-shot answer.
 pub(super) fn answer<T>() -> (Answer<T>, Waiting<T>) {
     let shared = Arc::new(Slot {
-        state: Mutex::new(SlotState::Pending),
+        state: Mutex::new(SlotState::Pending(None)),
         done: Condvar::new(),
     });
     (Answer(shared.clone()), Waiting(shared))
@@ -97,7 +102,8 @@ struct Slot<T> {
 
 #[derive(Debug)]
 enum SlotState<T> {
-    Pending,
+    /// With the waker of the future awaiting it, if one polled.
+    Pending(Option<Waker>),
     Given(T),
     /// The answering side was dropped without answering, or the answer was taken.
     Gone,
@@ -113,20 +119,29 @@ pub(super) struct Waiting<T>(Arc<Slot<T>>);
 
 impl<T> Answer<T> {
     pub(super) fn give(self, value: T) {
-        *lock(&self.0.state) = SlotState::Given(value);
-        self.0.done.notify_one();
+        self.settle(SlotState::Given(value));
         // Drop runs next and sees the answer given.
+    }
+
+    /// Replaces a pending state with `to`, and wakes whoever waits.
+    fn settle(&self, to: SlotState<T>) {
+        let mut state = lock(&self.0.state);
+        let SlotState::Pending(waker) = &mut *state else {
+            return;
+        };
+        let waker = waker.take();
+        *state = to;
+        drop(state);
+        self.0.done.notify_one();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 }
 
 impl<T> Drop for Answer<T> {
     fn drop(&mut self) {
-        let mut state = lock(&self.0.state);
-        if matches!(*state, SlotState::Pending) {
-            *state = SlotState::Gone;
-            drop(state);
-            self.0.done.notify_one();
-        }
+        self.settle(SlotState::Gone);
     }
 }
 
@@ -137,12 +152,32 @@ impl<T> Waiting<T> {
         let mut state = self
             .0
             .done
-            .wait_while(state, |s| matches!(s, SlotState::Pending))
+            .wait_while(state, |s| matches!(s, SlotState::Pending(_)))
             .unwrap_or_else(PoisonError::into_inner);
         match std::mem::replace(&mut *state, SlotState::Gone) {
             SlotState::Given(value) => Some(value),
             _ => None,
         }
+    }
+}
+
+impl<T> Future for Waiting<T> {
+    type Output = Option<T>;
+
+    /// The answer, once given; `None` if the other side was dropped unanswered.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        let mut state = lock(&self.0.state);
+        if let SlotState::Pending(waker) = &mut *state {
+            match waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => *waker = Some(cx.waker().clone()),
+            }
+            return Poll::Pending;
+        }
+        Poll::Ready(match std::mem::replace(&mut *state, SlotState::Gone) {
+            SlotState::Given(value) => Some(value),
+            _ => None,
+        })
     }
 }
 
@@ -176,5 +211,19 @@ mod tests {
         let (answer, waiting) = super::answer::<u8>();
         drop(answer);
         assert_eq!(waiting.wait(), None);
+    }
+
+    #[test]
+    fn an_awaited_answer_wakes_its_future() {
+        let (answer, waiting) = super::answer();
+        let t = std::thread::spawn(move || crate::runtime::exec::block_on(waiting));
+        std::thread::sleep(Duration::from_millis(10));
+        answer.give(7);
+        assert_eq!(t.join().unwrap(), Some(7));
+        let (answer, waiting) = super::answer::<u8>();
+        let t = std::thread::spawn(move || crate::runtime::exec::block_on(waiting));
+        std::thread::sleep(Duration::from_millis(10));
+        drop(answer);
+        assert_eq!(t.join().unwrap(), None);
     }
 }

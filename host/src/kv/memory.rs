@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use super::rules::{self, Entry, Txn};
-use super::{Backend, Bounds, KvError, Millis, Stats, Usage, Write, Written};
+use super::{Backend, Bounds, KvError, Millis, Pending, Stats, Usage, Write, Written};
 
 /// Every namespace, by name.
 #[derive(Debug, Default)]
@@ -126,20 +126,16 @@ impl Backend for Memory {
             .collect())
     }
 
-    fn write(
-        &self,
-        ns: &str,
-        write: Write,
-        bounds: &Bounds,
-        now: Millis,
-    ) -> Result<Written, KvError> {
+    fn write(&self, ns: &str, write: Write, bounds: &Bounds, now: Millis) -> Pending<Written> {
         let space = self.space(ns);
         let mut space = lock(&space);
         let mut usage = space.usage;
-        let written = rules::apply(&mut *space, &mut usage, write, bounds, now)?;
-        space.usage = usage;
-        self.stats.writes.fetch_add(1, Ordering::Relaxed);
-        Ok(written)
+        let written = rules::apply(&mut *space, &mut usage, write, bounds, now);
+        if written.is_ok() {
+            space.usage = usage;
+            self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        Pending::ready(written)
     }
 
     fn usage(&self, ns: &str) -> Result<Usage, KvError> {

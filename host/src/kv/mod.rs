@@ -159,20 +159,72 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         limit: usize,
         now: Millis,
     ) -> Result<Vec<String>, KvError>;
-    /// Applies `write` to `ns` within `bounds`, atomically.
-    fn write(
-        &self,
-        ns: &str,
-        write: Write,
-        bounds: &Bounds,
-        now: Millis,
-    ) -> Result<Written, KvError>;
+    /// Applies `write` to `ns` within `bounds`, atomically. The outcome may come later (once
+    /// the write is durable): awaiting it holds no thread.
+    fn write(&self, ns: &str, write: Write, bounds: &Bounds, now: Millis) -> Pending<Written>;
     /// What `ns` holds.
     fn usage(&self, ns: &str) -> Result<Usage, KvError>;
     /// Removes up to `max` entries that expired by `now`; returns how many.
     fn sweep(&self, now: Millis, max: usize) -> Result<usize, KvError>;
     /// Its counters.
     fn stats(&self) -> &Arc<Stats>;
+}
+
+/// The outcome of a write: known at once (the memory backend, a write refused before it was
+/// queued), or once the writer thread has committed it (the file backend). Await it from a
+/// plugin call, or [`wait`](Pending::wait) for it from a thread with nothing else to do.
+#[derive(Debug)]
+pub struct Pending<T>(PendingState<T>);
+
+#[derive(Debug)]
+enum PendingState<T> {
+    Ready(Option<Result<T, KvError>>),
+    Answer(handoff::Waiting<Result<T, KvError>>),
+}
+
+/// A writer thread that stopped before answering.
+fn writer_stopped() -> KvError {
+    KvError::Unavailable("the store is shutting down".into())
+}
+
+impl<T> Pending<T> {
+    pub fn ready(result: Result<T, KvError>) -> Self {
+        Pending(PendingState::Ready(Some(result)))
+    }
+
+    fn answer(waiting: handoff::Waiting<Result<T, KvError>>) -> Self {
+        Pending(PendingState::Answer(waiting))
+    }
+
+    /// Blocks this thread until the outcome is known.
+    pub fn wait(self) -> Result<T, KvError> {
+        match self.0 {
+            PendingState::Ready(result) => result.unwrap_or_else(|| Err(writer_stopped())),
+            PendingState::Answer(waiting) => {
+                waiting.wait().unwrap_or_else(|| Err(writer_stopped()))
+            }
+        }
+    }
+}
+
+impl<T: Unpin> std::future::Future for Pending<T> {
+    type Output = Result<T, KvError>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        // Neither variant is self-referential: the future may move between polls.
+        let this = self.get_mut();
+        match &mut this.0 {
+            PendingState::Ready(result) => {
+                std::task::Poll::Ready(result.take().unwrap_or_else(|| Err(writer_stopped())))
+            }
+            PendingState::Answer(waiting) => std::pin::Pin::new(waiting)
+                .poll(cx)
+                .map(|answer| answer.unwrap_or_else(|| Err(writer_stopped()))),
+        }
+    }
 }
 
 /// Which backend, and where.
@@ -371,7 +423,22 @@ impl Namespace {
         self.counted(self.backend.exists(&self.name, key, now()))
     }
 
-    pub fn set(&self, key: String, value: Vec<u8>, ttl_ms: Option<u64>) -> Result<(), KvError> {
+    /// Applies a write and awaits its outcome (holding no thread while the file backend
+    /// commits it).
+    async fn write(&self, write: Write, now: Millis) -> Result<Written, KvError> {
+        let written = self
+            .backend
+            .write(&self.name, write, &self.bounds, now)
+            .await;
+        self.counted(written)
+    }
+
+    pub async fn set(
+        &self,
+        key: String,
+        value: Vec<u8>,
+        ttl_ms: Option<u64>,
+    ) -> Result<(), KvError> {
         self.check_key(&key)?;
         self.check_value(&value)?;
         let now = now();
@@ -380,12 +447,10 @@ impl Namespace {
             entries: vec![(key, value)],
             expires,
         };
-        self.backend
-            .write(&self.name, write, &self.bounds, now)
-            .map(drop)
+        self.write(write, now).await.map(drop)
     }
 
-    pub fn set_many(
+    pub async fn set_many(
         &self,
         entries: Vec<(String, Vec<u8>)>,
         ttl_ms: Option<u64>,
@@ -394,29 +459,22 @@ impl Namespace {
         let now = now();
         let expires = expiry(ttl_ms, now)?;
         let write = Write::Set { entries, expires };
-        self.backend
-            .write(&self.name, write, &self.bounds, now)
-            .map(drop)
+        self.write(write, now).await.map(drop)
     }
 
-    pub fn delete(&self, key: String) -> Result<bool, KvError> {
-        self.delete_many(vec![key]).map(|n| n > 0)
+    pub async fn delete(&self, key: String) -> Result<bool, KvError> {
+        self.delete_many(vec![key]).await.map(|n| n > 0)
     }
 
-    pub fn delete_many(&self, keys: Vec<String>) -> Result<u32, KvError> {
+    pub async fn delete_many(&self, keys: Vec<String>) -> Result<u32, KvError> {
         self.check_batch(keys.iter().map(|k| (k.as_str(), 0)))?;
-        match self.counted(self.backend.write(
-            &self.name,
-            Write::Delete { keys },
-            &self.bounds,
-            now(),
-        ))? {
+        match self.write(Write::Delete { keys }, now()).await? {
             Written::Deleted(n) => Ok(n),
             other => unreachable_written(other),
         }
     }
 
-    pub fn compare_and_swap(
+    pub async fn compare_and_swap(
         &self,
         key: String,
         expected: Option<Vec<u8>>,
@@ -433,20 +491,15 @@ impl Namespace {
             value,
             expires,
         };
-        match self.counted(self.backend.write(&self.name, write, &self.bounds, now))? {
+        match self.write(write, now).await? {
             Written::Swapped(stored) => Ok(stored),
             other => unreachable_written(other),
         }
     }
 
-    pub fn increment(&self, key: String, delta: i64) -> Result<i64, KvError> {
+    pub async fn increment(&self, key: String, delta: i64) -> Result<i64, KvError> {
         self.check_key(&key)?;
-        match self.backend.write(
-            &self.name,
-            Write::Increment { key, delta },
-            &self.bounds,
-            now(),
-        )? {
+        match self.write(Write::Increment { key, delta }, now()).await? {
             Written::Number(n) => Ok(n),
             other => unreachable_written(other),
         }

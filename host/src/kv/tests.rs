@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use super::file::{File, OpenError};
 use super::memory::Memory;
 use super::*;
+use crate::runtime::exec::block_on;
 
 struct TempDir(PathBuf);
 
@@ -48,7 +49,9 @@ fn on_both(tag: &str, check: impl Fn(&dyn Backend)) {
 #[test]
 fn namespaces_are_separate() {
     on_both("ns", |b| {
-        b.write("a", set("k", "1", None), &bounds(), 0).unwrap();
+        b.write("a", set("k", "1", None), &bounds(), 0)
+            .wait()
+            .unwrap();
         assert_eq!(
             b.get_many("a", &["k".into()], 0).unwrap(),
             [Some(b"1".to_vec())]
@@ -63,10 +66,14 @@ fn namespaces_are_separate() {
 fn expiry_hides_at_once_and_the_sweep_reclaims() {
     on_both("ttl", |b| {
         b.write("p", set("short", "x", Some(100)), &bounds(), 0)
+            .wait()
             .unwrap();
         b.write("p", set("long", "y", Some(1000)), &bounds(), 0)
+            .wait()
             .unwrap();
-        b.write("p", set("never", "z", None), &bounds(), 0).unwrap();
+        b.write("p", set("never", "z", None), &bounds(), 0)
+            .wait()
+            .unwrap();
         assert!(b.exists("p", "short", 99).unwrap());
         assert!(!b.exists("p", "short", 100).unwrap());
         assert_eq!(b.get_many("p", &["short".into()], 100).unwrap(), [None]);
@@ -77,6 +84,7 @@ fn expiry_hides_at_once_and_the_sweep_reclaims() {
         assert_eq!(b.usage("p").unwrap(), Usage { keys: 2, bytes: 11 });
         // A key replaced without expiry is not swept under its old expiry.
         b.write("p", set("long", "kept", None), &bounds(), 100)
+            .wait()
             .unwrap();
         assert_eq!(b.sweep(5000, usize::MAX).unwrap(), 0);
         assert_eq!(b.list("p", "", None, 10, 5000).unwrap(), ["long", "never"]);
@@ -87,7 +95,9 @@ fn expiry_hides_at_once_and_the_sweep_reclaims() {
 fn listing_pages_by_prefix_after_a_cursor() {
     on_both("list", |b| {
         for key in ["a/1", "a/2", "a/3", "ab", "b/1"] {
-            b.write("p", set(key, "", None), &bounds(), 0).unwrap();
+            b.write("p", set(key, "", None), &bounds(), 0)
+                .wait()
+                .unwrap();
         }
         assert_eq!(b.list("p", "a/", None, 2, 0).unwrap(), ["a/1", "a/2"]);
         assert_eq!(b.list("p", "a/", Some("a/2"), 2, 0).unwrap(), ["a/3"]);
@@ -107,7 +117,7 @@ fn concurrent_increments_are_all_counted() {
                             key: "n".into(),
                             delta: 1,
                         };
-                        b.write("p", w, &bounds(), 0).unwrap();
+                        b.write("p", w, &bounds(), 0).wait().unwrap();
                     }
                 });
             }
@@ -125,20 +135,20 @@ fn the_file_store_keeps_what_it_acknowledged_across_a_reopen() {
     {
         let store = Store::open(&StoreConfig::File(dir.0.clone())).unwrap();
         let ns = store.namespace("todo", bounds());
-        ns.set("item/1".into(), b"milk".to_vec(), None).unwrap();
-        ns.set_many(
+        block_on(ns.set("item/1".into(), b"milk".to_vec(), None)).unwrap();
+        block_on(ns.set_many(
             vec![("item/2".into(), b"eggs".to_vec()), ("gone".into(), vec![])],
             None,
-        )
+        ))
         .unwrap();
-        assert!(ns.delete("gone".into()).unwrap());
-        assert_eq!(ns.increment("next".into(), 3).unwrap(), 3);
+        assert!(block_on(ns.delete("gone".into())).unwrap());
+        assert_eq!(block_on(ns.increment("next".into(), 3)).unwrap(), 3);
     }
     let store = Store::open(&StoreConfig::File(dir.0.clone())).unwrap();
     let ns = store.namespace("todo", bounds());
     assert_eq!(ns.get("item/1").unwrap(), Some(b"milk".to_vec()));
     assert_eq!(ns.list_all("item/").unwrap(), ["item/1", "item/2"]);
-    assert_eq!(ns.increment("next".into(), 1).unwrap(), 4);
+    assert_eq!(block_on(ns.increment("next".into(), 1)).unwrap(), 4);
     assert_eq!(ns.usage().unwrap(), Usage { keys: 3, bytes: 25 });
 }
 
@@ -175,23 +185,23 @@ fn namespace_checks_sizes_and_pages() {
         },
     );
     assert_eq!(
-        ns.set("k".repeat(1025), vec![], None),
+        block_on(ns.set("k".repeat(1025), vec![], None)),
         Err(KvError::TooLarge)
     );
     assert_eq!(
-        ns.set("k".into(), vec![0; (1 << 20) + 1], None),
+        block_on(ns.set("k".into(), vec![0; (1 << 20) + 1], None)),
         Err(KvError::TooLarge)
     );
     assert!(matches!(
-        ns.set("k".into(), vec![], Some(0)),
+        block_on(ns.set("k".into(), vec![], Some(0))),
         Err(KvError::Invalid(_))
     ));
     assert_eq!(
-        ns.delete_many(vec!["a".into(), "b".into(), "c".into(), "d".into()]),
+        block_on(ns.delete_many(vec!["a".into(), "b".into(), "c".into(), "d".into()])),
         Err(KvError::TooLarge)
     );
     for key in ["x1", "x2", "x3", "y"] {
-        ns.set(key.into(), vec![], None).unwrap();
+        block_on(ns.set(key.into(), vec![], None)).unwrap();
     }
     let (page, cursor) = ns.list_page("x", None, 100).unwrap();
     assert_eq!(

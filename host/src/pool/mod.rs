@@ -1,10 +1,13 @@
 //! The worker pool: a fixed number of threads behind one bounded queue.
 //!
-//! Handlers are plain blocking code, so the pool is sized for blocking (many more threads than
-//! cores). The queue is bounded: when it is full, [`WorkerPool::submit`] fails at once with
-//! [`Busy`] and the client gets 503 + `Retry-After`, rather than the host queueing without
-//! bound.
+//! Handlers are plain blocking code, but a handler that waits (a sleep, a socket, a key-value
+//! commit) holds no thread: its call is suspended on its fiber and the worker runs others
+//! (see `worker`), up to `max_calls` calls in flight across the pool. Workers are still more
+//! than the cores, so that CPU-bound handlers keep every core busy while others compute.
+//! The queue is bounded: when it is full, [`WorkerPool::submit`] fails at once with [`Busy`]
+//! and the client gets 503 + `Retry-After`, rather than the host queueing without bound.
 
+mod call;
 pub mod job;
 pub mod reply;
 mod worker;
@@ -36,23 +39,28 @@ impl WorkerPool {
     /// Starts `workers` threads sharing a queue of `queue_depth` jobs. They send what comes
     /// of each job through `reply` (to the event loop of its connection); their plugins reach
     /// WebSockets through `hub` and `reply`.
+    /// Calls in flight across the workers are bounded by `max_calls` (counted in
+    /// `metrics.calls_in_flight`).
     pub fn new(
         workers: usize,
         queue_depth: usize,
+        max_calls: usize,
         reply: Replies,
         hub: Arc<Hub>,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> std::io::Result<Self> {
         let (tx, rx) = crossbeam_channel::bounded::<Box<Job>>(queue_depth);
+        let slots = Arc::new(worker::CallSlots::new(max_calls, metrics));
         let link = WsLink {
             hub,
             out: Arc::new(reply.clone()),
         };
         for i in 0..workers {
             let rx = rx.clone();
-            let (link, reply) = (link.clone(), reply.clone());
+            let (link, reply, slots) = (link.clone(), reply.clone(), slots.clone());
             std::thread::Builder::new()
                 .name(format!("ankh-worker-{i}"))
-                .spawn(move || worker::Worker::new(reply, link).run(rx))?;
+                .spawn(move || worker::Worker::new(reply, link, slots).run(rx))?;
         }
         Ok(WorkerPool { tx, rx })
     }

@@ -1,370 +1,335 @@
-//! One worker thread: take a job, find or create this worker's instance of the plugin, call it,
-//! send back what came of it. Nothing a plugin does can end this loop.
+//! One worker thread: an executor of plugin calls.
+//!
+//! It takes a job from the shared queue and starts its call ([`super::call`]): the first poll
+//! runs the guest until it finishes or first waits. A call that waits (a sleep, a socket, a
+//! key-value commit: every wait of a guest goes through the host) is suspended on its fiber,
+//! and the worker takes the next job or resumes another call. When a wait is over, its waker
+//! pushes the call onto this worker's ready list, and the worker polls it again.
+//!
+//! - A call stays on the worker that started it: its fiber and instance are polled by one
+//!   thread, and a wake-up is a push onto that worker's list (measured against a shared ready
+//!   queue that any worker serves: see the README).
+//! - Calls in flight across all workers are bounded by `max_calls`: a worker takes a permit
+//!   ([`CallSlots`]) before it takes a job, and the call gives it back when it is over. While
+//!   none is free a worker only resumes its own calls, and new jobs wait in the queue.
+//! - The worker serves its calls' deadlines itself (`runtime::timer::Local`): it sleeps no
+//!   longer than the earliest, and fires the due ones when it wakes.
+//! - A guest that computes yields its thread at an epoch tick when other calls of its worker
+//!   are ready or due, or jobs wait in the queue (see `runtime::exec::others_ready`), so a
+//!   long computation delays them by at most one tick: a handler that computes never stalls
+//!   the others, however few the workers.
+//!
+//! Nothing a plugin does can end this loop.
 
-use std::collections::HashMap;
+use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use slab::Slab;
 
-use crate::access::Access;
-use crate::message::{Compressed, ConnId, DeflateWindow, WsEvent, WsId, WsMessage};
-use crate::pool::job::{EventJob, Job, RequestJob};
-use crate::pool::reply::{Inflated, Replies, Reply};
+use super::call::{Call, Fallback};
+use crate::message::{Compressed, DeflateWindow, WsEvent, WsMessage};
+use crate::pool::job::{EventJob, Job};
+use crate::pool::reply::{Inflated, Replies};
 use crate::proto::frame::Violation;
 use crate::proto::ws_deflate::{Codec, InflateError};
-use crate::proto::{Version, header, ws};
-use crate::runtime::bindings::types;
-use crate::runtime::call::{CallContext, Origin, Responder};
-use crate::runtime::instance::{Failure, Instance, InvokeError};
-use crate::runtime::plugin::Plugin;
 use crate::runtime::state::WsLink;
+use crate::runtime::timer::Local;
 
-/// Close code for a WebSocket whose plugin failed while handling one of its events.
-const CLOSE_INTERNAL_ERROR: u16 = crate::proto::frame::close_code::INTERNAL_ERROR;
+/// How long a worker with calls in flight but no deadline sleeps before it looks again
+/// (their waits wake it; this only bounds a wait that nothing would end).
+const IDLE_WAKE: Duration = Duration::from_secs(1);
+
+/// A call in flight: its future (the guest on a fiber, suspended or not), and how to answer
+/// for it should the host panic while running it.
+struct Task {
+    future: Pin<Box<dyn Future<Output = ()> + Send>>,
+    waker: Waker,
+    generation: u64,
+    fallback: Fallback,
+}
+
+/// A task's place in the slab and the generation it was started in: a late wake-up of a
+/// finished call must not poll the call that took its slot since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TaskId {
+    slot: usize,
+    generation: u64,
+}
+
+/// The calls of one worker that are ready to resume, pushed by their wakers from any thread.
+struct ReadyList {
+    ids: Mutex<Vec<TaskId>>,
+    /// True while `ids` is not empty: read by the epoch check of a computing guest (see
+    /// [`crate::runtime::exec::others_ready`]).
+    any: Arc<AtomicBool>,
+    /// One token wakes the worker when it waits for a job or a wake-up.
+    signal: Sender<()>,
+}
+
+/// The waker of one call of one worker.
+struct TaskWaker {
+    id: TaskId,
+    ready: Arc<ReadyList>,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut ids = self
+            .ready
+            .ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let first = ids.is_empty();
+        ids.push(self.id);
+        self.ready.any.store(true, Ordering::Relaxed);
+        drop(ids);
+        if first {
+            // The worker takes every id at once, so one token per batch is enough.
+            let _ = self.ready.signal.try_send(());
+        }
+    }
+}
+
+/// The bound on calls in flight across the workers: `max_calls` permits, each a token in a
+/// channel (a semaphore whose waits can be selected with others). Calls in flight are counted
+/// in [`Metrics::calls_in_flight`](crate::metrics::Metrics).
+pub(super) struct CallSlots {
+    permits: Receiver<()>,
+    give_back: Sender<()>,
+    metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl CallSlots {
+    pub(super) fn new(max_calls: usize, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        let (give_back, permits) = crossbeam_channel::bounded(max_calls.max(1));
+        for _ in 0..max_calls.max(1) {
+            let _ = give_back.send(());
+        }
+        CallSlots {
+            permits,
+            give_back,
+            metrics,
+        }
+    }
+
+    fn in_flight(&self) -> &AtomicI64 {
+        &self.metrics.calls_in_flight
+    }
+
+    fn release(&self) {
+        let _ = self.give_back.try_send(());
+    }
+}
 
 pub(super) struct Worker {
     /// The event loops' reply queues; a reply goes to the loop of its connection.
     reply: Replies,
     link: WsLink,
-    /// This worker's instance of each plugin it has served, by plugin name.
-    instances: HashMap<Arc<str>, Instance>,
-    /// Reused for encoding responses.
-    buf: Vec<u8>,
+    slots: Arc<CallSlots>,
     /// Inflates compressed WebSocket messages (its inflater is made on first use).
     codec: Codec,
+    tasks: Slab<Task>,
+    /// A permit taken for the next job (see [`CallSlots`]).
+    permit: bool,
+    /// Bumped for every call started.
+    generation: u64,
+    ready: Arc<ReadyList>,
+    wakeups: Receiver<()>,
+    /// Taken from `ready.ids` each round (the two swap, so neither allocates).
+    due: Vec<TaskId>,
 }
 
 impl Worker {
-    pub(super) fn new(reply: Replies, link: WsLink) -> Self {
+    pub(super) fn new(reply: Replies, link: WsLink, slots: Arc<CallSlots>) -> Self {
+        let (signal, wakeups) = crossbeam_channel::bounded(1);
         Worker {
             reply,
             link,
-            instances: HashMap::new(),
-            buf: Vec::with_capacity(4096),
+            slots,
             codec: Codec::default(),
+            tasks: Slab::new(),
+            permit: false,
+            generation: 0,
+            ready: Arc::new(ReadyList {
+                ids: Mutex::new(Vec::new()),
+                any: Arc::new(AtomicBool::new(false)),
+                signal,
+            }),
+            wakeups,
+            due: Vec::new(),
         }
     }
 
     pub(super) fn run(mut self, rx: Receiver<Box<Job>>) {
-        while let Ok(job) = rx.recv() {
-            match *job {
-                Job::Request(job) => {
-                    let origin = origin(&job);
-                    let to = self.to_connection(job.conn, job.seq);
-                    let plugin = job.plugin.name.clone();
-                    if catch_unwind(AssertUnwindSafe(|| self.serve(job))).is_err() {
-                        // A bug in the host, not in the plugin: answer, forget the instance.
-                        tracing::error!(%plugin, "worker panicked while serving a request");
-                        self.instances.remove(&plugin);
-                        let mut call = CallContext::new(origin, plugin, to, Vec::new());
-                        call.respond_error(500, "internal error in the ankh host");
-                    }
-                }
-                Job::Event(job) => {
-                    let (conn, ws) = (job.conn, job.ws);
-                    let plugin = job.plugin.name.clone();
-                    if catch_unwind(AssertUnwindSafe(|| self.deliver(job))).is_err() {
-                        tracing::error!(%plugin, ws, "worker panicked while delivering an event");
-                        self.instances.remove(&plugin);
-                        self.reply.to(conn.shard).send(Reply::EventDone {
-                            conn,
-                            ws,
-                            inflated: None,
-                        });
-                    }
-                }
-            }
-        }
-    }
-
-    /// This worker's instance of `plugin`, created (or replaced, for a newer version) on demand.
-    fn instance(&mut self, plugin: &Arc<Plugin>) -> Result<&mut Instance, Failure> {
-        let stale = self
-            .instances
-            .get(&plugin.name)
-            .is_some_and(|i| !Arc::ptr_eq(&i.plugin, plugin));
-        if stale {
-            self.instances.remove(&plugin.name);
-        }
-        if !self.instances.contains_key(&plugin.name) {
-            let instance = Instance::new(plugin.clone(), self.link.clone())?;
-            self.instances.insert(plugin.name.clone(), instance);
-        }
-        Ok(self
-            .instances
-            .get_mut(&plugin.name)
-            .expect("instance was just ensured"))
-    }
-
-    /// Logs a failed call and forgets the instance that failed.
-    /// One log event per failure, whatever the format: the plugin and the request (when there
-    /// is one) as fields, and the guest's backtrace as one escaped field, not as lines of
-    /// their own.
-    fn discard(&mut self, plugin: &Plugin, failure: &Failure, request: Option<u64>, context: &str) {
-        self.instances.remove(&plugin.name);
-        let m = &plugin.metrics;
-        let counter = match failure.error {
-            InvokeError::Deadline(_) => &m.deadline_hits,
-            InvokeError::TimedOut(_) => &m.timeouts,
-            InvokeError::Cancelled => &m.cancellations,
-            _ => &m.traps,
-        };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let request = request.map_or_else(|| "-".to_owned(), |id| format!("{id:016x}"));
-        if matches!(failure.error, InvokeError::Cancelled) {
-            // Not the plugin's fault, and routine under load: no backtrace.
-            tracing::info!(
-                plugin = %plugin.name,
-                %request,
-                "plugin `{}` call stopped ({context}): the client disconnected; a fresh instance takes the next call",
-                plugin.name
-            );
-            return;
-        }
-        tracing::error!(
-            plugin = %plugin.name,
-            %request,
-            backtrace = failure.report.as_str(),
-            "plugin `{}` {} ({context}); instance discarded",
-            plugin.name,
-            failure.error,
-        );
-    }
-
-    /// After a call: replaces the instance if its policy says so (a fresh one per request,
-    /// a bounded number of calls each), or if its memory grew past the policy's bound (wasm
-    /// memory never shrinks; a fresh instance starts small again).
-    /// Where a call's response goes: request `seq` of connection `conn`, through the reply
-    /// queue.
-    fn to_connection(&self, conn: ConnId, seq: u64) -> Box<dyn Responder> {
-        Box::new(ToConnection {
-            conn,
-            seq,
-            reply: self.reply.to(conn.shard).clone(),
-        })
-    }
-
-    /// The instance modes count requests; memory growth counts after any call.
-    fn recycle_if_due(&mut self, plugin: &Plugin, after_request: bool) {
-        let Some(instance) = self.instances.get(&plugin.name) else {
-            return;
-        };
-        let policy = &plugin.policy;
-        let by_mode =
-            policy.fresh_instances || policy.recycle_after.is_some_and(|n| instance.calls >= n);
-        if after_request && by_mode {
-            self.instances.remove(&plugin.name);
-            return;
-        }
-        let grown = instance.grown_bytes();
-        if grown > policy.recycle_growth_bytes {
-            tracing::debug!(
-                plugin = %plugin.name,
-                grown,
-                "instance replaced: its memory grew past the recycle bound"
-            );
-            plugin
-                .metrics
-                .memory_recycles
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.instances.remove(&plugin.name);
-        }
-    }
-
-    fn serve(&mut self, job: RequestJob) {
-        let origin = origin(&job);
-        let plugin = job.plugin.clone();
-        let buf = std::mem::take(&mut self.buf);
-        let (conn, seq) = (job.conn, job.seq);
-        let to = self.to_connection(conn, seq);
-        let mut call = CallContext::new(origin, plugin.name.clone(), to, buf);
-        if job.cancel.is_cancelled() {
-            // The client left while the request waited in the queue: nobody wants the answer.
-            plugin
-                .metrics
-                .cancellations
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            call.abandon(InvokeError::Cancelled.status());
-            self.buf = call.into_buffer();
-            return;
-        }
-        let instance = match self.instance(&plugin) {
-            Ok(instance) => instance,
-            Err(failure) => {
-                let context = format!("instantiating for request {:016x}", job.request_id);
-                self.discard(&plugin, &failure, Some(job.request_id), &context);
-                let message =
-                    call.error_message(&format!("could not be instantiated: {}", failure.error));
-                call.respond_error(failure.error.status(), &message);
-                self.buf = call.into_buffer();
-                return;
-            }
-        };
-        let mut job = job;
-        let slot = job.slot.take();
-        let cancel = job.cancel.clone();
-        let request = to_wit(job);
-        let (result, mut call) = instance.handle_request(&request, call, cancel);
-        // The call is over: free the plugin's concurrency slot before the response leaves, so
-        // a client that sends its next request on receipt finds the slot free.
-        drop(slot);
-        self.recycle_if_due(&plugin, true);
-        match result {
-            Ok(types::Outcome::Respond(response)) => {
-                let headers: Vec<_> = response
-                    .headers
-                    .into_iter()
-                    .map(|h| (h.name, h.value))
-                    .collect();
-                // Refused (and logged) if the handler already responded early.
-                let _ = call.respond(response.status, &headers, &response.body);
-            }
-            Ok(types::Outcome::Done) => {
-                if !call.responded() {
-                    tracing::error!(
-                        plugin = %plugin.name,
-                        request = %format_args!("{:016x}", call.request_id),
-                        "handler returned without responding"
-                    );
-                    let message = call.error_message("returned without responding");
-                    call.respond_error(500, &message);
-                }
-            }
-            Ok(types::Outcome::Upgrade(upgrade)) => {
-                self.upgrade(&plugin, &request, upgrade, &mut call, (conn, seq));
-            }
-            Err(failure) => {
-                let context = format!("request {:016x}", call.request_id);
-                self.discard(&plugin, &failure, Some(call.request_id), &context);
-                if matches!(failure.error, InvokeError::Cancelled) {
-                    call.abandon(failure.error.status());
-                } else {
-                    let message = call.error_message(&failure.error.to_string());
-                    call.respond_error(failure.error.status(), &message);
-                }
-            }
-        }
-        self.buf = call.into_buffer();
-    }
-
-    /// The handler accepted a WebSocket: check the handshake, switch the connection, and run
-    /// the open event right here, before any other event of the connection can start.
-    fn upgrade(
-        &mut self,
-        plugin: &Arc<Plugin>,
-        request: &types::Request,
-        upgrade: types::Upgrade,
-        call: &mut CallContext,
-        (conn, seq): (ConnId, u64),
-    ) {
-        if call.responded() {
-            warn_limited!(plugin = %plugin.name, "upgrade refused: the request was already answered");
-            return;
-        }
-        let headers: Vec<_> = request
-            .headers
-            .iter()
-            .map(|h| (h.name.clone(), h.value.clone()))
-            .collect();
-        let version = match request.version {
-            types::HttpVersion::Http10 => Version::Http10,
-            types::HttpVersion::Http11 => Version::Http11,
-        };
-        let accept = match ws::accept_key(&request.method, version, &headers) {
-            Ok(accept) => accept,
-            Err(refusal) => {
-                call.respond_error_with(refusal.status, refusal.headers(), refusal.message);
-                return;
-            }
-        };
-        let offered = ws::offered_protocols(&headers);
-        let protocol = upgrade.protocol.filter(|p| {
-            let ok = offered.iter().any(|o| o == p);
-            if !ok {
-                warn_limited!(plugin = %plugin.name, protocol = %p, "the plugin chose a subprotocol the client did not offer; omitted");
-            }
-            ok
+        let queue = rx.clone();
+        crate::runtime::exec::set_executor(crate::runtime::exec::Executor {
+            ready: self.ready.any.clone(),
+            waiting: Box::new(move || !queue.is_empty()),
         });
-        let extra: Vec<_> = upgrade
-            .headers
-            .into_iter()
-            .map(|h| (h.name, h.value))
-            .collect();
-        // The same rules as for any response: an invalid header refuses the whole upgrade.
-        if let Err(e) = crate::proto::response::check_headers(&extra) {
-            tracing::error!(
-                plugin = %plugin.name,
-                request = %format_args!("{:016x}", call.request_id),
-                "invalid upgrade from plugin: {e}"
-            );
-            let message = call.error_message(&format!("returned an invalid upgrade ({e})"));
-            call.respond_error(500, &message);
-            return;
+        Local::install();
+        // WASI's sockets and files need a tokio reactor to register with.
+        wasmtime_wasi::runtime::with_ambient_tokio_runtime(move || self.serve(&rx));
+    }
+
+    /// Takes a permit, then a job, resuming this worker's calls whenever they are woken or
+    /// their deadlines pass in between. Returns when the queue is closed.
+    fn serve(&mut self, rx: &Receiver<Box<Job>>) {
+        loop {
+            Local::fire(Instant::now());
+            self.resume_ready();
+            // Whatever waits in the queue starts now, as far as permits go: a guest that
+            // yielded its thread for them resumes after.
+            loop {
+                if !self.permit {
+                    self.permit = self.slots.permits.try_recv().is_ok();
+                }
+                if !self.permit {
+                    break;
+                }
+                match rx.try_recv() {
+                    Ok(job) => self.start(*job),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return,
+                }
+            }
+            if self.tasks.is_empty() {
+                // Nothing to resume: wait for a permit and a job.
+                if !self.permit {
+                    self.permit = self.slots.permits.recv().is_ok();
+                }
+                match rx.recv() {
+                    Ok(job) => self.start(*job),
+                    Err(_) => return,
+                }
+                continue;
+            }
+            // Sleep no longer than the earliest deadline of this worker's calls.
+            let timeout =
+                Local::next().map_or(IDLE_WAKE, |at| at.saturating_duration_since(Instant::now()));
+            if self.permit {
+                crossbeam_channel::select! {
+                    recv(rx) -> job => match job {
+                        Ok(job) => self.start(*job),
+                        Err(_) => return,
+                    },
+                    recv(self.wakeups) -> _ => {}
+                    default(timeout) => {}
+                }
+            } else {
+                crossbeam_channel::select! {
+                    recv(self.slots.permits) -> permit => self.permit = permit.is_ok(),
+                    recv(self.wakeups) -> _ => {}
+                    default(timeout) => {}
+                }
+            }
         }
-        let deflate = if plugin.policy.ws_compression {
-            crate::proto::ws_extension::negotiate(&headers)
-        } else {
-            None
-        };
-        let extension = deflate.map(|d| d.response());
-        let bytes =
-            ws::switching_protocols(&accept, protocol.as_deref(), extension.as_deref(), &extra);
-        let ws_id = self.link.hub.open(&plugin.name, conn.shard);
-        call.mark_upgraded();
-        call.log_upgrade();
-        let reply = self.reply.to(conn.shard).clone();
-        reply.send(Reply::Upgrade {
-            conn,
-            seq,
-            bytes,
-            ws: ws_id,
-            plugin: plugin.name.clone(),
-            deflate,
-        });
-        // The instance that accepted is the one that opens.
-        if let Some(instance) = self.instances.get_mut(&plugin.name)
-            && let Err(failure) = instance.on_open(ws_id, request)
+    }
+
+    /// Polls every call that was woken since the last round.
+    fn resume_ready(&mut self) {
         {
-            let context = format!("open event of WebSocket {ws_id}");
-            self.discard(plugin, &failure, Some(call.request_id), &context);
-            reply.send(Reply::Close {
-                ws: ws_id,
-                code: CLOSE_INTERNAL_ERROR,
-                reason: "plugin failed".to_owned(),
-            });
+            let mut ids = self
+                .ready
+                .ids
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            std::mem::swap(&mut *ids, &mut self.due);
+            self.ready.any.store(false, Ordering::Relaxed);
         }
-        reply.send(Reply::EventDone {
-            conn,
-            ws: ws_id,
-            inflated: None,
-        });
+        let mut due = std::mem::take(&mut self.due);
+        for id in due.drain(..) {
+            self.poll(id);
+        }
+        self.due = due;
     }
 
-    fn deliver(&mut self, job: EventJob) {
-        let EventJob {
-            conn,
-            ws,
-            plugin,
-            event,
-        } = job;
-        // A compressed message is inflated here, off the I/O thread; one that breaks a rule
-        // never reaches the plugin, and the I/O thread fails its connection.
-        let (event, inflated) = match event {
-            WsEvent::Compressed(compressed) => {
-                let (message, window) = self.inflate(compressed);
-                let result = message.as_ref().map(drop).map_err(|v| *v);
-                let inflated = Inflated { window, result };
-                (message.ok().map(WsEvent::Message), Some(inflated))
+    /// Starts a call with the permit this worker holds: its first poll runs the guest until
+    /// it finishes or first waits.
+    fn start(&mut self, job: Job) {
+        debug_assert!(self.permit, "a call starts with a permit");
+        self.permit = false;
+        let (fallback, future): (Fallback, Pin<Box<dyn Future<Output = ()> + Send>>) = match job {
+            Job::Request(job) => {
+                let fallback = Fallback::for_request(&job);
+                let call = Call::new(job.plugin.clone(), self.reply.clone(), self.link.clone());
+                (fallback, Box::pin(call.serve(job)))
             }
-            event => (Some(event), None),
+            Job::Event(job) => {
+                let fallback = Fallback::for_event(&job);
+                let EventJob {
+                    conn,
+                    ws,
+                    plugin,
+                    event,
+                } = job;
+                // A compressed message is inflated here, off the I/O thread; one that breaks
+                // a rule never reaches the plugin, and the I/O thread fails its connection.
+                let (event, inflated) = match event {
+                    WsEvent::Compressed(compressed) => {
+                        let (message, window) = self.inflate(compressed);
+                        let result = message.as_ref().map(drop).map_err(|v| *v);
+                        let inflated = Inflated { window, result };
+                        (message.ok().map(WsEvent::Message), Some(inflated))
+                    }
+                    event => (Some(event), None),
+                };
+                let call = Call::new(plugin, self.reply.clone(), self.link.clone());
+                (fallback, Box::pin(call.deliver(conn, ws, event, inflated)))
+            }
         };
-        if let Some(event) = event {
-            self.deliver_event(conn, ws, &plugin, event);
+        self.slots.in_flight().fetch_add(1, Ordering::Relaxed);
+        self.generation += 1;
+        let entry = self.tasks.vacant_entry();
+        let id = TaskId {
+            slot: entry.key(),
+            generation: self.generation,
+        };
+        let waker = Waker::from(Arc::new(TaskWaker {
+            id,
+            ready: self.ready.clone(),
+        }));
+        entry.insert(Task {
+            future,
+            waker,
+            generation: id.generation,
+            fallback,
+        });
+        self.poll(id);
+    }
+
+    /// Runs call `id` until it finishes or waits. A late wake-up (of a call already done)
+    /// finds nothing to do.
+    fn poll(&mut self, id: TaskId) {
+        let Some(task) = self.tasks.get_mut(id.slot) else {
+            return;
+        };
+        if task.generation != id.generation {
+            return;
         }
-        self.reply
-            .to(conn.shard)
-            .send(Reply::EventDone { conn, ws, inflated });
+        let waker = task.waker.clone();
+        let mut cx = Context::from_waker(&waker);
+        let polled = catch_unwind(AssertUnwindSafe(|| task.future.as_mut().poll(&mut cx)));
+        if let Ok(Poll::Pending) = polled {
+            return;
+        }
+        let task = self.tasks.remove(id.slot);
+        self.slots.in_flight().fetch_sub(1, Ordering::Relaxed);
+        self.slots.release();
+        if polled.is_err() {
+            // A bug in the host, not in the plugin: answer for the call. Its instance went
+            // with the future.
+            task.fallback.answer(&self.reply);
+        }
     }
 
     /// A compressed message inflated against the client's window (which it grows), within its
@@ -401,158 +366,5 @@ impl Worker {
                 }
             });
         (message, window)
-    }
-
-    fn deliver_event(&mut self, conn: ConnId, ws: WsId, plugin: &Arc<Plugin>, event: WsEvent) {
-        let closing = matches!(event, WsEvent::Close { .. });
-        match self.instance(plugin) {
-            Ok(instance) => {
-                if let Err(failure) = instance.on_event(ws, event) {
-                    let context = format!("event of WebSocket {ws}");
-                    self.discard(plugin, &failure, None, &context);
-                    if !closing {
-                        self.reply.to(conn.shard).send(Reply::Close {
-                            ws,
-                            code: CLOSE_INTERNAL_ERROR,
-                            reason: "plugin failed".to_owned(),
-                        });
-                    }
-                } else {
-                    self.recycle_if_due(plugin, false);
-                }
-            }
-            Err(failure) => {
-                let context = format!("instantiating for WebSocket {ws}");
-                self.discard(plugin, &failure, None, &context);
-                if !closing {
-                    self.reply.to(conn.shard).send(Reply::Close {
-                        ws,
-                        code: CLOSE_INTERNAL_ERROR,
-                        reason: "plugin unavailable".to_owned(),
-                    });
-                }
-            }
-        }
-    }
-}
-
-/// A response for request `seq` of `conn`, through the reply queue of its event loop.
-struct ToConnection {
-    conn: ConnId,
-    seq: u64,
-    reply: crate::pool::reply::ReplyTx,
-}
-
-impl Responder for ToConnection {
-    fn respond(&mut self, bytes: Vec<u8>, close: bool) {
-        self.reply.send(Reply::Response {
-            conn: self.conn,
-            seq: self.seq,
-            bytes,
-            close,
-        });
-    }
-}
-
-fn origin(job: &RequestJob) -> Origin {
-    Origin {
-        request_id: job.request_id,
-        version: job.head.version,
-        head: job.head.is_head(),
-        keep_alive: job.head.keep_alive,
-        accept_encoding: header(&job.head.headers, "accept-encoding").map(<[u8]>::to_vec),
-        access: Access {
-            remote: job.remote,
-            method: job.head.method.clone(),
-            path: job.head.path.clone(),
-            received: job.received,
-            metrics: Some(job.plugin.metrics.clone()),
-        },
-    }
-}
-
-/// The WIT view of a request. Moves the headers and body, no copies.
-fn to_wit(job: RequestJob) -> types::Request {
-    types::Request {
-        id: hex_id(job.request_id),
-        method: job.head.method,
-        path: job.head.path,
-        mount: job.mount.to_string(),
-        query: job.head.query,
-        headers: job
-            .head
-            .headers
-            .into_iter()
-            .map(|(name, value)| types::Header { name, value })
-            .collect(),
-        body: job.body,
-        remote_addr: address_text(job.remote),
-        version: match job.head.version {
-            Version::Http10 => types::HttpVersion::Http10,
-            Version::Http11 => types::HttpVersion::Http11,
-        },
-    }
-}
-
-/// `{:016x}` without the formatting machinery (once per request).
-fn hex_id(id: u64) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    (0..16)
-        .rev()
-        .map(|i| DIGITS[((id >> (i * 4)) & 0xf) as usize] as char)
-        .collect()
-}
-
-/// `addr.to_string()`, with IPv4 (the common case) written digit by digit: `Display` for
-/// socket addresses was 1% of a hello-world load.
-fn address_text(addr: std::net::SocketAddr) -> String {
-    let std::net::SocketAddr::V4(v4) = addr else {
-        return addr.to_string();
-    };
-    let mut out = String::with_capacity(21);
-    for (i, octet) in v4.ip().octets().into_iter().enumerate() {
-        if i > 0 {
-            out.push('.');
-        }
-        push_decimal(&mut out, u32::from(octet));
-    }
-    out.push(':');
-    push_decimal(&mut out, u32::from(v4.port()));
-    out
-}
-
-fn push_decimal(out: &mut String, mut n: u32) {
-    let mut digits = [0u8; 10];
-    let mut len = 0;
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend(digits[..len].iter().rev().map(|&d| d as char));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_and_addresses_read_as_formatting_writes_them() {
-        for id in [0, 1, 0xdead_beef, u64::MAX] {
-            assert_eq!(hex_id(id), format!("{id:016x}"));
-        }
-        for addr in [
-            "127.0.0.1:8080",
-            "0.0.0.0:0",
-            "255.255.255.255:65535",
-            "10.20.3.4:51234",
-            "[::1]:443",
-        ] {
-            let addr: std::net::SocketAddr = addr.parse().unwrap();
-            assert_eq!(address_text(addr), addr.to_string());
-        }
     }
 }

@@ -6,6 +6,17 @@
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "plugin",
+    // Calls run on fibers (see `crate::pool`). A key-value write awaits its commit, which
+    // suspends the call and frees its thread; the other imports answer at once.
+    exports: { default: async },
+    imports: {
+        "ankh:plugin/kv.set": async,
+        "ankh:plugin/kv.set-many": async,
+        "ankh:plugin/kv.delete": async,
+        "ankh:plugin/kv.delete-many": async,
+        "ankh:plugin/kv.compare-and-swap": async,
+        "ankh:plugin/kv.increment": async,
+    },
 });
 
 pub use self::ankh::plugin::types;
@@ -17,6 +28,12 @@ pub mod legacy {
     wasmtime::component::bindgen!({
         path: "../wit/legacy/ankh-plugin-0.1.0.wit",
         world: "plugin",
+        exports: { default: async },
+        imports: {
+            "ankh:plugin/kv.set": async,
+            "ankh:plugin/kv.delete": async,
+            "ankh:plugin/kv.increment": async,
+        },
         with: {
             "ankh:plugin/types@0.1.0": super::ankh::plugin::types,
         },
@@ -28,6 +45,13 @@ pub mod keyvalue {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "wasi:keyvalue/imports",
+        imports: {
+            "wasi:keyvalue/store.[method]bucket.set": async,
+            "wasi:keyvalue/store.[method]bucket.delete": async,
+            "wasi:keyvalue/atomics.increment": async,
+            "wasi:keyvalue/batch.set-many": async,
+            "wasi:keyvalue/batch.delete-many": async,
+        },
         with: {
             "wasi:keyvalue/store.bucket": crate::runtime::kv_host::Bucket,
         },

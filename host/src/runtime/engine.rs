@@ -1,8 +1,9 @@
 //! The wasmtime `Engine` every plugin is compiled with, its `Linker`, and the epoch ticker.
 //!
 //! All guest limits are set up here or in [`super::instance`]: the pooling allocator sized for
-//! the worker count, the linear-memory cap, the wasm stack size, and epoch interruption driven
-//! by one ticker thread per engine (never a thread per request).
+//! the calls in flight and the idle instances, the linear-memory cap, the wasm and fiber stack
+//! sizes, and epoch interruption driven by one ticker thread per engine (never a thread per
+//! request).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,13 +17,18 @@ use wasmtime::{
 
 use super::bindings;
 use super::state::HostState;
-use crate::limits::{EPOCH_TICK, GUEST_STACK_BYTES, INSTANCES_PER_WORKER};
+use crate::limits::{
+    EPOCH_TICK, FIBER_HOST_STACK_BYTES, GUEST_STACK_BYTES, INSTANCES_IDLE_TOTAL, INSTANCES_SPARE,
+};
 
 /// Engine-wide settings.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
-    /// Worker threads, each holding up to [`INSTANCES_PER_WORKER`] instances.
+    /// Worker threads.
     pub workers: usize,
+    /// Plugin calls in flight at once, running or suspended in a wait: each holds an instance
+    /// and a fiber stack, so this sizes the pooling allocator.
+    pub max_calls: usize,
     /// The most linear memory one instance may have.
     pub memory_bytes: usize,
     /// The CPU time one call may use.
@@ -59,6 +65,8 @@ pub struct Runtime {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Held while a plugin compiles (see [`super::plugin::Plugin::compile`]).
     pub compile_lock: std::sync::Mutex<()>,
+    /// How many idle instances all plugins together keep.
+    pub idle: Arc<super::instances::IdleBudget>,
     _ticker: EpochTicker,
 }
 
@@ -89,24 +97,38 @@ impl Runtime {
             None => None,
         };
         let (engine, pooling) = if config.pooling {
-            match Engine::new(&engine_config(&config, true, cache.clone())) {
+            // Each memory slot reserves 4 GiB of address space (so that guest loads need no
+            // bounds checks), and a process has 128 TiB: with many calls in flight, two memory
+            // slots per instance do not fit, one and a quarter may.
+            let first = Engine::new(&engine_config(
+                &config,
+                Some(MemorySlots::Two),
+                cache.clone(),
+            ));
+            match first.or_else(|_| {
+                Engine::new(&engine_config(
+                    &config,
+                    Some(MemorySlots::Fewer),
+                    cache.clone(),
+                ))
+            }) {
                 Ok(engine) => (engine, true),
                 Err(e) => {
                     tracing::warn!("pooling allocator unavailable, allocating on demand: {e}");
                     (
-                        Engine::new(&engine_config(&config, false, cache.clone()))?,
+                        Engine::new(&engine_config(&config, None, cache.clone()))?,
                         false,
                     )
                 }
             }
         } else {
             (
-                Engine::new(&engine_config(&config, false, cache.clone()))?,
+                Engine::new(&engine_config(&config, None, cache.clone()))?,
                 false,
             )
         };
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         super::waits::add_clocks_to_linker(&mut linker)?;
         super::waits::add_to_linker(&mut linker)?;
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
@@ -123,29 +145,54 @@ impl Runtime {
             cache,
             metrics,
             compile_lock: std::sync::Mutex::new(()),
+            idle: Arc::new(super::instances::IdleBudget::new(INSTANCES_IDLE_TOTAL)),
             _ticker: ticker,
         }))
     }
 }
 
-fn engine_config(config: &RuntimeConfig, pooling: bool, cache: Option<Cache>) -> Config {
+/// Linear-memory slots of the pooling allocator, per instance slot.
+#[derive(Debug, Clone, Copy)]
+enum MemorySlots {
+    /// Two: room for components with more than one memory at every instance.
+    Two,
+    /// One and a quarter: components have one memory as a rule.
+    Fewer,
+}
+
+/// The engine's settings; `pooling` sizes the pooling allocator (`None`: allocate on demand).
+fn engine_config(
+    config: &RuntimeConfig,
+    pooling: Option<MemorySlots>,
+    cache: Option<Cache>,
+) -> Config {
     let mut c = Config::new();
     c.cache(cache);
     c.wasm_component_model(true);
     c.epoch_interruption(true);
+    // Calls run on fibers (`call_async`): a guest that waits suspends its call and frees
+    // the thread.
     c.max_wasm_stack(GUEST_STACK_BYTES);
-    if pooling {
-        // Every worker keeps an instance per plugin it served, plus a fresh one being created
-        // after a trap; a component holds a few core instances and usually one memory.
-        let instances = u32::try_from(config.workers.max(1))
-            .unwrap_or(u32::MAX / 64)
-            .saturating_mul(INSTANCES_PER_WORKER)
-            .saturating_add(64);
+    c.async_stack_size(GUEST_STACK_BYTES + FIBER_HOST_STACK_BYTES);
+    if let Some(slots) = pooling {
+        // Every call in flight holds an instance (and a fiber stack), idle instances wait for
+        // the next calls, and plugins being loaded are instantiated once; a component holds
+        // a few core instances and usually one memory.
+        let instances = u32::try_from(
+            config
+                .max_calls
+                .saturating_add(INSTANCES_IDLE_TOTAL + INSTANCES_SPARE),
+        )
+        .unwrap_or(u32::MAX / 64);
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(instances)
             .total_core_instances(instances.saturating_mul(4))
-            .total_memories(instances.saturating_mul(2))
+            .total_memories(match slots {
+                MemorySlots::Two => instances.saturating_mul(2),
+                MemorySlots::Fewer => instances.saturating_add(instances / 4),
+            })
             .total_tables(instances.saturating_mul(4))
+            .total_stacks(instances)
             .max_memory_size(config.memory_bytes);
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }

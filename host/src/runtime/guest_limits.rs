@@ -77,7 +77,15 @@ pub fn configure_store(store: &mut Store<HostState>) {
         let tick = state.limits.epoch_tick;
         let within_budget = state.budget.tick(tick);
         if within_budget && state.watch.check(std::time::Instant::now()).is_none() {
-            Ok(wasmtime::UpdateDeadline::Continue(1))
+            if super::exec::others_ready() {
+                // A guest that computes gives its thread, once a tick, to calls of the same
+                // worker that are ready to resume and to jobs waiting to start, rather than
+                // holding it until it is done.
+                state.budget.yielded();
+                Ok(wasmtime::UpdateDeadline::Yield(1))
+            } else {
+                Ok(wasmtime::UpdateDeadline::Continue(1))
+            }
         } else {
             Ok(wasmtime::UpdateDeadline::Interrupt)
         }

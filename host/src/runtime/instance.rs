@@ -1,8 +1,12 @@
-//! A live plugin instance, kept by one worker and reused across requests, and one call on it.
+//! A live plugin instance, reused across calls (one at a time), and one call on it.
 //!
-//! Reuse is the fast path (about a microsecond a call, against tens for a fresh instance). Any
+//! Reuse is the fast path (about a microsecond a call, against tens for a fresh instance).
+//! Between calls an instance waits in its plugin's [`InstancePool`](super::instances). Any
 //! failure inside a call (a trap, the CPU deadline, the memory cap) poisons the instance: the
 //! caller drops it and the next request gets a fresh one.
+//!
+//! Every call is a future: the guest runs on a fiber, and a wait of the guest (a sleep, a
+//! socket, a key-value commit) suspends it without holding its thread.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -21,7 +25,7 @@ use crate::message::{WsEvent, WsId, WsMessage};
 
 /// One instance of one plugin version.
 pub struct Instance {
-    pub plugin: Arc<Plugin>,
+    metrics: Arc<crate::metrics::PluginMetrics>,
     store: Store<HostState>,
     bindings: Exports,
     /// Calls served, for recycling decisions and logs.
@@ -32,23 +36,20 @@ pub struct Instance {
 
 impl Drop for Instance {
     fn drop(&mut self) {
-        self.plugin
-            .metrics
-            .live_instances
-            .fetch_sub(1, Ordering::Relaxed);
+        self.metrics.live_instances.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 impl Instance {
-    pub fn new(plugin: Arc<Plugin>, ws: WsLink) -> Result<Instance, Failure> {
-        let (store, bindings) = plugin.new_store_and_instantiate(Some(ws))?;
-        plugin
-            .metrics
-            .live_instances
-            .fetch_add(1, Ordering::Relaxed);
+    /// A fresh instance of `plugin`. Instantiating runs the guest's start code, under a call's
+    /// limits.
+    pub async fn new(plugin: &Plugin, ws: WsLink) -> Result<Instance, Failure> {
+        let (store, bindings) = plugin.new_store_and_instantiate(Some(ws)).await?;
+        let metrics = plugin.metrics.clone();
+        metrics.live_instances.fetch_add(1, Ordering::Relaxed);
         let start_bytes = store.data().memory.bytes;
         Ok(Instance {
-            plugin,
+            metrics,
             store,
             bindings,
             calls: 0,
@@ -58,7 +59,7 @@ impl Instance {
 
     /// Calls `handle-request` with `call` as the request being answered. Returns the outcome
     /// and gives the call context back.
-    pub fn handle_request(
+    pub async fn handle_request(
         &mut self,
         request: &types::Request,
         call: CallContext,
@@ -68,7 +69,7 @@ impl Instance {
         let data = self.store.data_mut();
         data.tags.request.store(call.request_id, Ordering::Relaxed);
         data.call = Some(call);
-        let result = self.bindings.handle_request(&mut self.store, request);
+        let result = self.bindings.handle_request(&mut self.store, request).await;
         let data = self.store.data_mut();
         data.tags.request.store(0, Ordering::Relaxed);
         let call = data
@@ -79,14 +80,14 @@ impl Instance {
     }
 
     /// Delivers the open event of WebSocket `ws`, with the request that asked for it.
-    pub fn on_open(&mut self, ws: WsId, request: &types::Request) -> Result<(), Failure> {
+    pub async fn on_open(&mut self, ws: WsId, request: &types::Request) -> Result<(), Failure> {
         self.arm(None);
-        let result = self.bindings.on_open(&mut self.store, ws, request);
+        let result = self.bindings.on_open(&mut self.store, ws, request).await;
         result.map_err(|e| self.classify(e))
     }
 
     /// Delivers a message or the close of WebSocket `ws`.
-    pub fn on_event(&mut self, ws: WsId, event: WsEvent) -> Result<(), Failure> {
+    pub async fn on_event(&mut self, ws: WsId, event: WsEvent) -> Result<(), Failure> {
         self.arm(None);
         let result = match event {
             WsEvent::Message(message) => {
@@ -94,7 +95,9 @@ impl Instance {
                     WsMessage::Text(text) => types::Message::Text(text),
                     WsMessage::Binary(bytes) => types::Message::Binary(bytes),
                 };
-                self.bindings.on_message(&mut self.store, ws, &message)
+                self.bindings
+                    .on_message(&mut self.store, ws, &message)
+                    .await
             }
             // Inflated by the worker before it gets here (see `pool::worker`).
             WsEvent::Compressed(_) => return Ok(()),
@@ -102,15 +105,14 @@ impl Instance {
                 code,
                 reason,
                 clean,
-            } => self.bindings.on_close(
-                &mut self.store,
-                ws,
-                &types::CloseInfo {
+            } => {
+                let info = types::CloseInfo {
                     code,
                     reason,
                     clean,
-                },
-            ),
+                };
+                self.bindings.on_close(&mut self.store, ws, &info).await
+            }
         };
         result.map_err(|e| self.classify(e))
     }

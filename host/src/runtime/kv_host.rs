@@ -39,38 +39,46 @@ impl kv::Host for HostState {
         Ok(self.kv.exists(&key)?)
     }
 
-    fn set(&mut self, key: String, value: Vec<u8>, ttl_ms: Option<u64>) -> Result<(), kv::Error> {
-        Ok(self.kv.set(key, value, ttl_ms)?)
+    async fn set(
+        &mut self,
+        key: String,
+        value: Vec<u8>,
+        ttl_ms: Option<u64>,
+    ) -> Result<(), kv::Error> {
+        Ok(self.kv.set(key, value, ttl_ms).await?)
     }
 
-    fn set_many(
+    async fn set_many(
         &mut self,
         entries: Vec<(String, Vec<u8>)>,
         ttl_ms: Option<u64>,
     ) -> Result<(), kv::Error> {
-        Ok(self.kv.set_many(entries, ttl_ms)?)
+        Ok(self.kv.set_many(entries, ttl_ms).await?)
     }
 
-    fn delete(&mut self, key: String) -> Result<bool, kv::Error> {
-        Ok(self.kv.delete(key)?)
+    async fn delete(&mut self, key: String) -> Result<bool, kv::Error> {
+        Ok(self.kv.delete(key).await?)
     }
 
-    fn delete_many(&mut self, keys: Vec<String>) -> Result<u32, kv::Error> {
-        Ok(self.kv.delete_many(keys)?)
+    async fn delete_many(&mut self, keys: Vec<String>) -> Result<u32, kv::Error> {
+        Ok(self.kv.delete_many(keys).await?)
     }
 
-    fn compare_and_swap(
+    async fn compare_and_swap(
         &mut self,
         key: String,
         expected: Option<Vec<u8>>,
         value: Vec<u8>,
         ttl_ms: Option<u64>,
     ) -> Result<bool, kv::Error> {
-        Ok(self.kv.compare_and_swap(key, expected, value, ttl_ms)?)
+        Ok(self
+            .kv
+            .compare_and_swap(key, expected, value, ttl_ms)
+            .await?)
     }
 
-    fn increment(&mut self, key: String, delta: i64) -> Result<i64, kv::Error> {
-        Ok(self.kv.increment(key, delta)?)
+    async fn increment(&mut self, key: String, delta: i64) -> Result<i64, kv::Error> {
+        Ok(self.kv.increment(key, delta).await?)
     }
 
     fn list_keys(
@@ -152,17 +160,17 @@ impl store::HostBucket for HostState {
         Ok(self.kv.get(&key)?)
     }
 
-    fn set(
+    async fn set(
         &mut self,
         _bucket: Resource<Bucket>,
         key: String,
         value: Vec<u8>,
     ) -> Result<(), store::Error> {
-        Ok(self.kv.set(key, value, None)?)
+        Ok(self.kv.set(key, value, None).await?)
     }
 
-    fn delete(&mut self, _bucket: Resource<Bucket>, key: String) -> Result<(), store::Error> {
-        self.kv.delete(key)?;
+    async fn delete(&mut self, _bucket: Resource<Bucket>, key: String) -> Result<(), store::Error> {
+        self.kv.delete(key).await?;
         Ok(())
     }
 
@@ -209,7 +217,7 @@ impl store::HostBucket for HostState {
 impl atomics::Host for HostState {
     /// The same decimal counters as `kv.increment`; a delta past `i64::MAX`, or a counter
     /// below zero, is an error (this interface counts in unsigned numbers).
-    fn increment(
+    async fn increment(
         &mut self,
         _bucket: Resource<Bucket>,
         key: String,
@@ -217,7 +225,7 @@ impl atomics::Host for HostState {
     ) -> Result<u64, store::Error> {
         let delta = i64::try_from(delta)
             .map_err(|_| store::Error::Other("the delta is over 2^63 - 1".into()))?;
-        let value = self.kv.increment(key, delta)?;
+        let value = self.kv.increment(key, delta).await?;
         u64::try_from(value)
             .map_err(|_| store::Error::Other(format!("the counter is negative ({value})")))
     }
@@ -237,20 +245,20 @@ impl batch::Host for HostState {
             .collect())
     }
 
-    fn set_many(
+    async fn set_many(
         &mut self,
         _bucket: Resource<Bucket>,
         key_values: Vec<(String, Vec<u8>)>,
     ) -> Result<(), store::Error> {
-        Ok(self.kv.set_many(key_values, None)?)
+        Ok(self.kv.set_many(key_values, None).await?)
     }
 
-    fn delete_many(
+    async fn delete_many(
         &mut self,
         _bucket: Resource<Bucket>,
         keys: Vec<String>,
     ) -> Result<(), store::Error> {
-        self.kv.delete_many(keys)?;
+        self.kv.delete_many(keys).await?;
         Ok(())
     }
 }

@@ -86,14 +86,13 @@ impl kv::Host for HostState {
             .unwrap_or_else(|e| self.lost_read("get", e))
     }
 
-    fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), KvError> {
-        self.kv.set(key, value, None).map_err(old_error)
+    async fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), KvError> {
+        self.kv.set(key, value, None).await.map_err(old_error)
     }
 
-    fn delete(&mut self, key: String) -> bool {
-        self.kv
-            .delete(key)
-            .unwrap_or_else(|e| self.lost_read("delete", e))
+    async fn delete(&mut self, key: String) -> bool {
+        let deleted = self.kv.delete(key).await;
+        deleted.unwrap_or_else(|e| self.lost_read("delete", e))
     }
 
     fn list_keys(&mut self, prefix: String) -> Vec<String> {
@@ -102,7 +101,7 @@ impl kv::Host for HostState {
             .unwrap_or_else(|e| self.lost_read("list-keys", e))
     }
 
-    fn increment(&mut self, key: String, delta: i64) -> Result<i64, KvError> {
-        self.kv.increment(key, delta).map_err(old_error)
+    async fn increment(&mut self, key: String, delta: i64) -> Result<i64, KvError> {
+        self.kv.increment(key, delta).await.map_err(old_error)
     }
 }

@@ -31,6 +31,8 @@ pub struct Plugin {
     pub metrics: Arc<crate::metrics::PluginMetrics>,
     /// Requests of this version being handled now (for `max_concurrency`).
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    /// This version's idle instances, for the next calls of any worker.
+    pub instances: super::instances::InstancePool,
     /// How long compiling and checking took.
     pub load_time: Duration,
     /// The compiled code came from the disk cache.
@@ -159,9 +161,15 @@ impl Plugin {
             &policy,
             runtime.config.ws_max_message_bytes,
         ));
+        let metrics = runtime.metrics.plugin(&name);
         Ok(Plugin {
             kv: runtime.config.store.namespace(&name, limits.kv),
-            metrics: runtime.metrics.plugin(&name),
+            instances: super::instances::InstancePool::new(
+                policy.max_idle_instances,
+                runtime.idle.clone(),
+                metrics.clone(),
+            ),
+            metrics,
             name,
             path: path.to_owned(),
             pre,
@@ -179,11 +187,12 @@ impl Plugin {
     /// runs under a call's limits.
     pub fn start(&mut self) -> Result<(), LoadError> {
         let started = Instant::now();
-        self.new_store_and_instantiate(None)
-            .map_err(|failure| LoadError::Instantiate {
+        super::exec::block_on(self.new_store_and_instantiate(None)).map_err(|failure| {
+            LoadError::Instantiate {
                 path: self.path.clone(),
                 reason: failure.error.to_string(),
-            })?;
+            }
+        })?;
         self.load_time += started.elapsed();
         Ok(())
     }
@@ -225,7 +234,7 @@ impl Plugin {
 
     /// A store with a fresh instance of this plugin. Instantiating runs the guest's start
     /// code, so it gets a call's limits: the CPU deadline and the handler timeout.
-    pub(crate) fn new_store_and_instantiate(
+    pub(crate) async fn new_store_and_instantiate(
         &self,
         ws: Option<WsLink>,
     ) -> Result<(Store<HostState>, Exports), super::failure::Failure> {
@@ -233,7 +242,7 @@ impl Plugin {
         store.set_epoch_deadline(1);
         store.data_mut().budget.reset();
         store.data_mut().watch.arm(None);
-        match self.pre.instantiate(&mut store) {
+        match self.pre.instantiate(&mut store).await {
             Ok(bindings) => Ok((store, bindings)),
             Err(e) => Err(super::failure::classify(store.data(), e)),
         }

@@ -22,6 +22,7 @@
 //! mode = "reuse"                      # or "fresh": a new instance for every request
 //! recycle_after = 10000               # replace a reused instance after this many calls
 //! recycle_growth_mib = 8              # ...or once its memory grew this much past its start
+//! max_idle = 64                       # instances kept between calls (more are made on demand)
 //! ```
 //!
 //! Unknown keys and bad values are refused with the file, the line and the key; the plugin is
@@ -63,6 +64,8 @@ pub struct Policy {
     pub recycle_after: Option<u64>,
     /// Replace a reused instance whose linear memory grew more than this past its start.
     pub recycle_growth_bytes: usize,
+    /// Idle instances kept between calls.
+    pub max_idle_instances: usize,
     /// Whether this plugin's WebSockets negotiate permessage-deflate.
     pub ws_compression: bool,
     /// The policy file, if there was one.
@@ -261,7 +264,7 @@ pub static SETTINGS: &[Setting<Policy>] = &[
         key: "instances.mode",
         flag: Flag::None,
         kind: Kind::Choice(&["reuse", "fresh"]),
-        doc: "reuse: one instance per worker, across requests; fresh: a new instance for every request",
+        doc: "reuse: instances serve call after call (one at a time); fresh: a new instance for every request",
         default: || Value::Text("reuse".to_owned()),
         apply: |p, v| p.fresh_instances = v.text() == "fresh",
         read: |p| Value::Text(if p.fresh_instances { "fresh" } else { "reuse" }.to_owned()),
@@ -283,6 +286,15 @@ pub static SETTINGS: &[Setting<Policy>] = &[
         "Replace a reused instance after a call that grew its memory this much past its start",
         |p, n| p.recycle_growth_bytes = usize::try_from(n << 20).unwrap_or(usize::MAX),
         |p| Value::Number((p.recycle_growth_bytes >> 20) as u64)
+    ),
+    policy_number!(
+        "instances.max_idle",
+        Count,
+        0,
+        100_000,
+        "Idle instances kept between calls; a call that finds none gets a new one",
+        |p, n| p.max_idle_instances = usize::try_from(n).unwrap_or(usize::MAX),
+        |p| Value::Number(p.max_idle_instances as u64)
     ),
 ];
 
@@ -329,6 +341,7 @@ impl Policy {
             fresh_instances: false,
             recycle_after: None,
             recycle_growth_bytes: crate::limits::INSTANCE_RECYCLE_GROWTH_BYTES,
+            max_idle_instances: crate::limits::INSTANCES_IDLE_PER_PLUGIN,
             ws_compression: limits.ws_compression,
             source: None,
             dir_entries: Vec::new(),

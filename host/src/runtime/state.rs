@@ -256,6 +256,20 @@ impl CpuBudget {
         self.exceeded = false;
     }
 
+    /// The call resumes after a wait in which the worker may have run other calls: their CPU
+    /// time is not this call's. The next tick charges from now.
+    pub fn resumed(&mut self) {
+        if self.last.is_some() {
+            self.last = Some(ThreadTime::now().as_duration());
+        }
+    }
+
+    /// The call yielded its thread at a tick (see [`super::guest_limits::configure_store`]):
+    /// the next tick that finds it running charges one whole tick, as at the start of a call.
+    pub fn yielded(&mut self) {
+        self.last = None;
+    }
+
     /// Called on an epoch tick while the guest runs; returns false once the budget is spent.
     /// The CPU used before the first tick of a call is counted as one whole tick.
     pub fn tick(&mut self, tick: Duration) -> bool {

@@ -2,11 +2,11 @@
 //!
 //! A guest blocks in exactly these WASI functions: `wasi:io/poll.poll`, `pollable.block`, and
 //! the `blocking-*` methods of `wasi:io/streams` (a sleep is a clock pollable plus `block` or
-//! `poll`; a blocking socket read is `blocking-read`). wasmtime-wasi implements each as a future
-//! run to completion on the calling worker thread. This module replaces them with the same
-//! futures raced against [`Watch::stopped`](super::watch::Watch::stopped): when the call's
-//! wall-clock deadline passes or its client disconnects, the wait ends at once with a trap,
-//! and the worker is free. The clock pollables a guest waits on come from ankh's own timer
+//! `poll`; a blocking socket read is `blocking-read`). This module replaces them with
+//! asynchronous host functions: the same futures wasmtime-wasi waits on, raced against
+//! [`Watch::stopped`](super::watch::Watch::stopped). While one waits, the call's fiber is
+//! suspended and the worker thread runs other calls; when the call's wall-clock deadline
+//! passes or its client disconnects, the wait ends at once with a trap. The clock pollables a guest waits on come from ankh's own timer
 //! ([`super::timer`]), which wakes on time. Everything else of WASI is untouched.
 
 use std::future::Future;
@@ -20,7 +20,6 @@ use wasmtime_wasi::p2::bindings::io::poll::{Host as _, HostPollable as _};
 use wasmtime_wasi::p2::bindings::io::streams::{HostInputStream as _, HostOutputStream as _};
 use wasmtime_wasi::p2::bindings::sync::io::streams::{Host as _, StreamError as WitStreamError};
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, StreamResult};
-use wasmtime_wasi::runtime::in_tokio;
 
 use super::state::HostState;
 use super::timer;
@@ -63,21 +62,31 @@ pub fn add_clocks_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
 }
 
 /// Runs one wait of the guest to completion, unless its call is stopped first: then the wait
-/// ends with a trap that says why.
-fn bounded<'a, T, F>(
+/// ends with a trap that says why. A wait that is not ready at once suspends the call (its
+/// fiber), freeing the worker thread for other calls until the wait is over.
+async fn bounded<'a, T, F>(
     state: &'a mut HostState,
     wait: impl FnOnce(&'a mut wasmtime::component::ResourceTable) -> F,
 ) -> wasmtime::Result<T>
 where
-    F: Future<Output = T> + 'a,
+    F: Future<Output = T> + Send + 'a,
 {
     let (table, watch) = state.table_and_watch();
     let stop = watch.stopped();
-    let outcome = in_tokio(race(wait(table), stop));
+    let outcome = race(wait(table), stop).await;
     outcome.map_err(|reason| {
         watch.record(reason);
         wasmtime::Error::new(Stopped(reason))
     })
+}
+
+/// A wait that may have suspended the call: the worker ran other calls meanwhile, so the CPU
+/// budget's clock starts again from now (see [`super::state::CpuBudget::resumed`]), and the
+/// epoch check is pushed a tick ahead: the epoch moved while the call waited, and a call just
+/// resumed has nothing to yield for.
+fn resumed(store: &mut Store<'_>) {
+    store.data_mut().budget.resumed();
+    store.set_epoch_deadline(1);
 }
 
 /// A stream operation's result as the guest sees it: a `stream-error` value, or a trap.
@@ -97,71 +106,50 @@ type Store<'a> = StoreContextMut<'a, HostState>;
 pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     let mut poll = linker.instance(&format!("wasi:io/poll@{WASI_VERSION}"))?;
-    poll.func_wrap(
+    poll.func_wrap_async(
         "poll",
         |mut store: Store<'_>, (pollables,): (Vec<Resource<DynPollable>>,)| {
-            let ready = bounded(store.data_mut(), |t| t.poll(pollables))??;
-            Ok((ready,))
+            Box::new(async move {
+                let ready = bounded(store.data_mut(), |t| t.poll(pollables)).await;
+                resumed(&mut store);
+                Ok((ready??,))
+            })
         },
     )?;
-    poll.func_wrap(
+    poll.func_wrap_async(
         "[method]pollable.block",
         |mut store: Store<'_>, (pollable,): (Resource<DynPollable>,)| {
-            bounded(store.data_mut(), |t| t.block(pollable))??;
-            Ok(())
+            Box::new(async move {
+                let done = bounded(store.data_mut(), |t| t.block(pollable)).await;
+                resumed(&mut store);
+                done??;
+                Ok(())
+            })
         },
     )?;
 
     let mut streams = linker.instance(&format!("wasi:io/streams@{WASI_VERSION}"))?;
-    streams.func_wrap(
-        "[method]input-stream.blocking-read",
-        |mut store: Store<'_>, (stream, len): (Resource<DynInputStream>, u64)| {
-            let state = store.data_mut();
-            let result = bounded(state, |t| t.blocking_read(stream, len))?;
-            Ok((to_wit(state, result)?,))
-        },
-    )?;
-    streams.func_wrap(
-        "[method]input-stream.blocking-skip",
-        |mut store: Store<'_>, (stream, len): (Resource<DynInputStream>, u64)| {
-            let state = store.data_mut();
-            let result = bounded(state, |t| t.blocking_skip(stream, len))?;
-            Ok((to_wit(state, result)?,))
-        },
-    )?;
-    streams.func_wrap(
-        "[method]output-stream.blocking-write-and-flush",
-        |mut store: Store<'_>, (stream, bytes): (Resource<DynOutputStream>, Vec<u8>)| {
-            let state = store.data_mut();
-            let result = bounded(state, |t| t.blocking_write_and_flush(stream, bytes))?;
-            Ok((to_wit(state, result)?,))
-        },
-    )?;
-    streams.func_wrap(
-        "[method]output-stream.blocking-write-zeroes-and-flush",
-        |mut store: Store<'_>, (stream, len): (Resource<DynOutputStream>, u64)| {
-            let state = store.data_mut();
-            let result = bounded(state, |t| t.blocking_write_zeroes_and_flush(stream, len))?;
-            Ok((to_wit(state, result)?,))
-        },
-    )?;
-    streams.func_wrap(
-        "[method]output-stream.blocking-flush",
-        |mut store: Store<'_>, (stream,): (Resource<DynOutputStream>,)| {
-            let state = store.data_mut();
-            let result = bounded(state, |t| t.blocking_flush(stream))?;
-            Ok((to_wit(state, result)?,))
-        },
-    )?;
-    streams.func_wrap(
-        "[method]output-stream.blocking-splice",
-        |mut store: Store<'_>,
-         (dst, src, len): (Resource<DynOutputStream>, Resource<DynInputStream>, u64)| {
-            let state = store.data_mut();
-            let result = bounded(state, |t| t.blocking_splice(dst, src, len))?;
-            Ok((to_wit(state, result)?,))
-        },
-    )?;
+    /// One blocking stream method: its wait bounded, its result as the guest sees it.
+    macro_rules! stream_wait {
+        ($name:literal, |$t:ident, ($($arg:ident: $ty:ty),*)| $wait:expr) => {
+            streams.func_wrap_async(
+                $name,
+                |mut store: Store<'_>, ($($arg,)*): ($($ty,)*)| {
+                    Box::new(async move {
+                        let result = bounded(store.data_mut(), |$t| $wait).await;
+                        resumed(&mut store);
+                        Ok((to_wit(store.data_mut(), result?)?,))
+                    })
+                },
+            )?;
+        };
+    }
+    stream_wait!("[method]input-stream.blocking-read", |t, (stream: Resource<DynInputStream>, len: u64)| t.blocking_read(stream, len));
+    stream_wait!("[method]input-stream.blocking-skip", |t, (stream: Resource<DynInputStream>, len: u64)| t.blocking_skip(stream, len));
+    stream_wait!("[method]output-stream.blocking-write-and-flush", |t, (stream: Resource<DynOutputStream>, bytes: Vec<u8>)| t.blocking_write_and_flush(stream, bytes));
+    stream_wait!("[method]output-stream.blocking-write-zeroes-and-flush", |t, (stream: Resource<DynOutputStream>, len: u64)| t.blocking_write_zeroes_and_flush(stream, len));
+    stream_wait!("[method]output-stream.blocking-flush", |t, (stream: Resource<DynOutputStream>)| t.blocking_flush(stream));
+    stream_wait!("[method]output-stream.blocking-splice", |t, (dst: Resource<DynOutputStream>, src: Resource<DynInputStream>, len: u64)| t.blocking_splice(dst, src, len));
     linker.allow_shadowing(false);
     Ok(())
 }
@@ -176,7 +164,7 @@ mod tests {
         // of these fails exactly when the name is one wasmtime-wasi added.
         let engine = wasmtime::Engine::default();
         let mut linker = Linker::<HostState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).unwrap();
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
         let cases = [
             ("poll", "poll"),
             ("poll", "[method]pollable.block"),
@@ -209,7 +197,7 @@ mod tests {
         // fails exactly when MONOTONIC_CLOCK names the interface wasmtime-wasi added.
         let engine = wasmtime::Engine::default();
         let mut linker = Linker::<HostState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).unwrap();
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
         let mut clock = linker.instance(MONOTONIC_CLOCK).unwrap();
         let redefined = clock.func_wrap(
             "subscribe-duration",

@@ -51,71 +51,91 @@ impl Pre {
         }
     }
 
-    pub fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Exports> {
+    pub async fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Exports> {
         Ok(match self {
-            Pre::Current(p) => Exports::Current(p.instantiate(store)?),
-            Pre::Legacy(p) => Exports::Legacy(p.instantiate(store)?),
+            Pre::Current(p) => Exports::Current(p.instantiate_async(store).await?),
+            Pre::Legacy(p) => Exports::Legacy(p.instantiate_async(store).await?),
         })
     }
 }
 
 impl Exports {
-    pub fn handle_request(
+    pub async fn handle_request(
         &self,
         store: &mut Store<HostState>,
         request: &types::Request,
     ) -> wasmtime::Result<types::Outcome> {
         match self {
-            Exports::Current(p) => p.ankh_plugin_handler().call_handle_request(store, request),
-            Exports::Legacy(p) => p.ankh_plugin_handler().call_handle_request(store, request),
+            Exports::Current(p) => {
+                p.ankh_plugin_handler()
+                    .call_handle_request(store, request)
+                    .await
+            }
+            Exports::Legacy(p) => {
+                p.ankh_plugin_handler()
+                    .call_handle_request(store, request)
+                    .await
+            }
         }
     }
 
-    pub fn on_open(
+    pub async fn on_open(
         &self,
         store: &mut Store<HostState>,
         conn: types::ConnectionId,
         request: &types::Request,
     ) -> wasmtime::Result<()> {
         match self {
-            Exports::Current(p) => p
-                .ankh_plugin_websocket_handler()
-                .call_on_open(store, conn, request),
-            Exports::Legacy(p) => p
-                .ankh_plugin_websocket_handler()
-                .call_on_open(store, conn, request),
+            Exports::Current(p) => {
+                p.ankh_plugin_websocket_handler()
+                    .call_on_open(store, conn, request)
+                    .await
+            }
+            Exports::Legacy(p) => {
+                p.ankh_plugin_websocket_handler()
+                    .call_on_open(store, conn, request)
+                    .await
+            }
         }
     }
 
-    pub fn on_message(
+    pub async fn on_message(
         &self,
         store: &mut Store<HostState>,
         conn: types::ConnectionId,
         message: &types::Message,
     ) -> wasmtime::Result<()> {
         match self {
-            Exports::Current(p) => p
-                .ankh_plugin_websocket_handler()
-                .call_on_message(store, conn, message),
-            Exports::Legacy(p) => p
-                .ankh_plugin_websocket_handler()
-                .call_on_message(store, conn, message),
+            Exports::Current(p) => {
+                p.ankh_plugin_websocket_handler()
+                    .call_on_message(store, conn, message)
+                    .await
+            }
+            Exports::Legacy(p) => {
+                p.ankh_plugin_websocket_handler()
+                    .call_on_message(store, conn, message)
+                    .await
+            }
         }
     }
 
-    pub fn on_close(
+    pub async fn on_close(
         &self,
         store: &mut Store<HostState>,
         conn: types::ConnectionId,
         info: &types::CloseInfo,
     ) -> wasmtime::Result<()> {
         match self {
-            Exports::Current(p) => p
-                .ankh_plugin_websocket_handler()
-                .call_on_close(store, conn, info),
-            Exports::Legacy(p) => p
-                .ankh_plugin_websocket_handler()
-                .call_on_close(store, conn, info),
+            Exports::Current(p) => {
+                p.ankh_plugin_websocket_handler()
+                    .call_on_close(store, conn, info)
+                    .await
+            }
+            Exports::Legacy(p) => {
+                p.ankh_plugin_websocket_handler()
+                    .call_on_close(store, conn, info)
+                    .await
+            }
         }
     }
 }

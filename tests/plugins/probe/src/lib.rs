@@ -22,6 +22,8 @@
 //! - `/probe/file?path=P`: `read <len>` or `error <message>` (200 either way)
 //! - `/probe/write?path=P`: `wrote` or `error <message>` (200 either way)
 //! - `/probe/connect?addr=A`: `connected` or `error <message>` (200 either way)
+//! - `/probe/work?n=N`: N million rounds of arithmetic (a fixed amount of CPU, no host call),
+//!   then `worked <checksum>`
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -133,6 +135,15 @@ fn sleep(req: &Request) -> Result<String, Response> {
     Ok(format!("slept {ms}"))
 }
 
+fn work(req: &Request) -> Result<String, Response> {
+    let n: u64 = query(req, "n", None)?;
+    let mut x: u64 = 1;
+    for _ in 0..n.saturating_mul(1_000_000) {
+        x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+    }
+    Ok(format!("worked {x:x}"))
+}
+
 fn log_marker(req: &Request) -> &'static str {
     let marker = req.query_param("marker").unwrap_or_default();
     println!("stdout {marker}");
@@ -223,6 +234,7 @@ fn router() -> Router {
         .get("/file", counted(file))
         .get("/write", counted(write))
         .get("/connect", counted(connect))
+        .get("/work", counted(work))
 }
 
 ankh_guest::export_plugin!(router);

@@ -1,0 +1,550 @@
+//! One job served as a future: a request answered, or an event of a WebSocket delivered, on
+//! an instance of its plugin. The worker ([`super::worker`]) polls it; while the guest waits
+//! (a sleep, a socket, a commit) the future is pending and the worker runs other calls.
+//!
+//! A call takes an idle instance from its plugin's pool or makes one, and gives it back when
+//! it is over, unless the call failed (the instance is discarded) or the policy asks for a
+//! fresh one. Nothing a plugin does makes this panic; a bug in the host that does is caught
+//! by the worker, which answers for the call ([`Fallback`]).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::access::Access;
+use crate::message::{ConnId, WsEvent, WsId};
+use crate::pool::job::{EventJob, RequestJob};
+use crate::pool::reply::{Inflated, Replies, Reply};
+use crate::proto::{Version, header, ws};
+use crate::runtime::bindings::types;
+use crate::runtime::call::{CallContext, Origin, Responder};
+use crate::runtime::instance::{Failure, Instance, InvokeError};
+use crate::runtime::plugin::Plugin;
+use crate::runtime::state::WsLink;
+
+/// Close code for a WebSocket whose plugin failed while handling one of its events.
+const CLOSE_INTERNAL_ERROR: u16 = crate::proto::frame::close_code::INTERNAL_ERROR;
+
+/// How to answer for a call whose future panicked (a bug in the host, not in the plugin).
+pub(super) enum Fallback {
+    Request {
+        origin: Box<Origin>,
+        plugin: Arc<str>,
+        conn: ConnId,
+        seq: u64,
+    },
+    Event {
+        conn: ConnId,
+        ws: WsId,
+        plugin: Arc<str>,
+    },
+}
+
+impl Fallback {
+    pub(super) fn for_request(job: &RequestJob) -> Self {
+        Fallback::Request {
+            origin: Box::new(origin(job)),
+            plugin: job.plugin.name.clone(),
+            conn: job.conn,
+            seq: job.seq,
+        }
+    }
+
+    pub(super) fn for_event(job: &EventJob) -> Self {
+        Fallback::Event {
+            conn: job.conn,
+            ws: job.ws,
+            plugin: job.plugin.name.clone(),
+        }
+    }
+
+    /// Answers for the call: a 500, or the event marked done.
+    pub(super) fn answer(self, reply: &Replies) {
+        match self {
+            Fallback::Request {
+                origin,
+                plugin,
+                conn,
+                seq,
+            } => {
+                tracing::error!(%plugin, "worker panicked while serving a request");
+                let to = to_connection(reply, conn, seq);
+                let mut call = CallContext::new(*origin, plugin, to, Vec::new());
+                call.respond_error(500, "internal error in the ankh host");
+            }
+            Fallback::Event { conn, ws, plugin } => {
+                tracing::error!(%plugin, ws, "worker panicked while delivering an event");
+                reply.to(conn.shard).send(Reply::EventDone {
+                    conn,
+                    ws,
+                    inflated: None,
+                });
+            }
+        }
+    }
+}
+
+/// One call's own state: its plugin, where its answers go, and the instance it runs on.
+pub(super) struct Call {
+    plugin: Arc<Plugin>,
+    reply: Replies,
+    link: WsLink,
+    instance: Option<Instance>,
+}
+
+impl Call {
+    pub(super) fn new(plugin: Arc<Plugin>, reply: Replies, link: WsLink) -> Self {
+        let instance = if plugin.policy.fresh_instances {
+            None
+        } else {
+            plugin.instances.take()
+        };
+        plugin
+            .metrics
+            .calls_in_flight
+            .fetch_add(1, Ordering::Relaxed);
+        Call {
+            plugin,
+            reply,
+            link,
+            instance,
+        }
+    }
+
+    /// The instance for this call: the idle one it was given, or a new one.
+    async fn instance(&mut self) -> Result<&mut Instance, Failure> {
+        if self.instance.is_none() {
+            let instance = Instance::new(&self.plugin, self.link.clone()).await?;
+            self.instance = Some(instance);
+        }
+        Ok(self.instance.as_mut().expect("instance was just ensured"))
+    }
+
+    /// After a call: drops the instance if its policy says so (a fresh one per request, a
+    /// bounded number of calls each), or if its memory grew past the policy's bound (wasm
+    /// memory never shrinks; a fresh instance starts small again).
+    fn recycle_if_due(&mut self, after_request: bool) {
+        let Some(instance) = &self.instance else {
+            return;
+        };
+        let policy = &self.plugin.policy;
+        let by_mode =
+            policy.fresh_instances || policy.recycle_after.is_some_and(|n| instance.calls >= n);
+        if after_request && by_mode {
+            self.instance = None;
+            return;
+        }
+        let grown = instance.grown_bytes();
+        if grown > policy.recycle_growth_bytes {
+            tracing::debug!(
+                plugin = %self.plugin.name,
+                grown,
+                "instance replaced: its memory grew past the recycle bound"
+            );
+            self.plugin
+                .metrics
+                .memory_recycles
+                .fetch_add(1, Ordering::Relaxed);
+            self.instance = None;
+        }
+    }
+
+    /// Logs a failed call and forgets the instance that failed.
+    /// One log event per failure, whatever the format: the plugin and the request (when there
+    /// is one) as fields, and the guest's backtrace as one escaped field, not as lines of
+    /// their own.
+    fn discard(&mut self, failure: &Failure, request: Option<u64>, context: &str) {
+        self.instance = None;
+        let plugin = &self.plugin;
+        let m = &plugin.metrics;
+        let counter = match failure.error {
+            InvokeError::Deadline(_) => &m.deadline_hits,
+            InvokeError::TimedOut(_) => &m.timeouts,
+            InvokeError::Cancelled => &m.cancellations,
+            _ => &m.traps,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let request = request.map_or_else(|| "-".to_owned(), |id| format!("{id:016x}"));
+        if matches!(failure.error, InvokeError::Cancelled) {
+            // Not the plugin's fault, and routine under load: no backtrace.
+            tracing::info!(
+                plugin = %plugin.name,
+                %request,
+                "plugin `{}` call stopped ({context}): the client disconnected; a fresh instance takes the next call",
+                plugin.name
+            );
+            return;
+        }
+        tracing::error!(
+            plugin = %plugin.name,
+            %request,
+            backtrace = failure.report.as_str(),
+            "plugin `{}` {} ({context}); instance discarded",
+            plugin.name,
+            failure.error,
+        );
+    }
+
+    /// The call is over: its instance goes back to the plugin's pool, if it may serve again.
+    fn finish(mut self) {
+        if let Some(instance) = self.instance.take() {
+            self.plugin.instances.put(instance);
+        }
+    }
+
+    pub(super) async fn serve(mut self, job: RequestJob) {
+        let origin = origin(&job);
+        let plugin = self.plugin.clone();
+        let (conn, seq) = (job.conn, job.seq);
+        let to = to_connection(&self.reply, conn, seq);
+        let mut call = CallContext::new(origin, plugin.name.clone(), to, Vec::new());
+        if job.cancel.is_cancelled() {
+            // The client left while the request waited in the queue: nobody wants the answer.
+            plugin.metrics.cancellations.fetch_add(1, Ordering::Relaxed);
+            call.abandon(InvokeError::Cancelled.status());
+            return self.finish();
+        }
+        let instance = match self.instance().await {
+            Ok(instance) => instance,
+            Err(failure) => {
+                let context = format!("instantiating for request {:016x}", job.request_id);
+                self.discard(&failure, Some(job.request_id), &context);
+                let message =
+                    call.error_message(&format!("could not be instantiated: {}", failure.error));
+                call.respond_error(failure.error.status(), &message);
+                return self.finish();
+            }
+        };
+        let mut job = job;
+        let slot = job.slot.take();
+        let cancel = job.cancel.clone();
+        let request = to_wit(job);
+        let (result, mut call) = instance.handle_request(&request, call, cancel).await;
+        // The call is over: free the plugin's concurrency slot before the response leaves, so
+        // a client that sends its next request on receipt finds the slot free.
+        drop(slot);
+        self.recycle_if_due(true);
+        match result {
+            Ok(types::Outcome::Respond(response)) => {
+                let headers: Vec<_> = response
+                    .headers
+                    .into_iter()
+                    .map(|h| (h.name, h.value))
+                    .collect();
+                // Refused (and logged) if the handler already responded early.
+                let _ = call.respond(response.status, &headers, &response.body);
+            }
+            Ok(types::Outcome::Done) => {
+                if !call.responded() {
+                    tracing::error!(
+                        plugin = %plugin.name,
+                        request = %format_args!("{:016x}", call.request_id),
+                        "handler returned without responding"
+                    );
+                    let message = call.error_message("returned without responding");
+                    call.respond_error(500, &message);
+                }
+            }
+            Ok(types::Outcome::Upgrade(upgrade)) => {
+                self.upgrade(&request, upgrade, &mut call, (conn, seq))
+                    .await;
+            }
+            Err(failure) => {
+                let context = format!("request {:016x}", call.request_id);
+                self.discard(&failure, Some(call.request_id), &context);
+                if matches!(failure.error, InvokeError::Cancelled) {
+                    call.abandon(failure.error.status());
+                } else {
+                    let message = call.error_message(&failure.error.to_string());
+                    call.respond_error(failure.error.status(), &message);
+                }
+            }
+        }
+        self.finish()
+    }
+
+    /// The handler accepted a WebSocket: check the handshake, switch the connection, and run
+    /// the open event right here, before any other event of the connection can start.
+    async fn upgrade(
+        &mut self,
+        request: &types::Request,
+        upgrade: types::Upgrade,
+        call: &mut CallContext,
+        (conn, seq): (ConnId, u64),
+    ) {
+        let plugin = self.plugin.clone();
+        if call.responded() {
+            warn_limited!(plugin = %plugin.name, "upgrade refused: the request was already answered");
+            return;
+        }
+        let headers: Vec<_> = request
+            .headers
+            .iter()
+            .map(|h| (h.name.clone(), h.value.clone()))
+            .collect();
+        let version = match request.version {
+            types::HttpVersion::Http10 => Version::Http10,
+            types::HttpVersion::Http11 => Version::Http11,
+        };
+        let accept = match ws::accept_key(&request.method, version, &headers) {
+            Ok(accept) => accept,
+            Err(refusal) => {
+                call.respond_error_with(refusal.status, refusal.headers(), refusal.message);
+                return;
+            }
+        };
+        let offered = ws::offered_protocols(&headers);
+        let protocol = upgrade.protocol.filter(|p| {
+            let ok = offered.iter().any(|o| o == p);
+            if !ok {
+                warn_limited!(plugin = %plugin.name, protocol = %p, "the plugin chose a subprotocol the client did not offer; omitted");
+            }
+            ok
+        });
+        let extra: Vec<_> = upgrade
+            .headers
+            .into_iter()
+            .map(|h| (h.name, h.value))
+            .collect();
+        // The same rules as for any response: an invalid header refuses the whole upgrade.
+        if let Err(e) = crate::proto::response::check_headers(&extra) {
+            tracing::error!(
+                plugin = %plugin.name,
+                request = %format_args!("{:016x}", call.request_id),
+                "invalid upgrade from plugin: {e}"
+            );
+            let message = call.error_message(&format!("returned an invalid upgrade ({e})"));
+            call.respond_error(500, &message);
+            return;
+        }
+        let deflate = if plugin.policy.ws_compression {
+            crate::proto::ws_extension::negotiate(&headers)
+        } else {
+            None
+        };
+        let extension = deflate.map(|d| d.response());
+        let bytes =
+            ws::switching_protocols(&accept, protocol.as_deref(), extension.as_deref(), &extra);
+        let ws_id = self.link.hub.open(&plugin.name, conn.shard);
+        call.mark_upgraded();
+        call.log_upgrade();
+        let reply = self.reply.to(conn.shard).clone();
+        reply.send(Reply::Upgrade {
+            conn,
+            seq,
+            bytes,
+            ws: ws_id,
+            plugin: plugin.name.clone(),
+            deflate,
+        });
+        // The instance that accepted is the one that opens.
+        let opened = match self.instance.as_mut() {
+            Some(instance) => instance.on_open(ws_id, request).await,
+            None => Ok(()),
+        };
+        if let Err(failure) = opened {
+            let context = format!("open event of WebSocket {ws_id}");
+            self.discard(&failure, Some(call.request_id), &context);
+            reply.send(Reply::Close {
+                ws: ws_id,
+                code: CLOSE_INTERNAL_ERROR,
+                reason: "plugin failed".to_owned(),
+            });
+        }
+        reply.send(Reply::EventDone {
+            conn,
+            ws: ws_id,
+            inflated: None,
+        });
+    }
+
+    /// One event of a WebSocket (none when its message failed to inflate), then `EventDone`
+    /// so that the next may go.
+    pub(super) async fn deliver(
+        mut self,
+        conn: ConnId,
+        ws: WsId,
+        event: Option<WsEvent>,
+        inflated: Option<Inflated>,
+    ) {
+        if let Some(event) = event {
+            self.deliver_event(conn, ws, event).await;
+        }
+        self.reply
+            .to(conn.shard)
+            .send(Reply::EventDone { conn, ws, inflated });
+        self.finish()
+    }
+
+    async fn deliver_event(&mut self, conn: ConnId, ws: WsId, event: WsEvent) {
+        let closing = matches!(event, WsEvent::Close { .. });
+        match self.instance().await {
+            Ok(instance) => {
+                if let Err(failure) = instance.on_event(ws, event).await {
+                    let context = format!("event of WebSocket {ws}");
+                    self.discard(&failure, None, &context);
+                    if !closing {
+                        self.reply.to(conn.shard).send(Reply::Close {
+                            ws,
+                            code: CLOSE_INTERNAL_ERROR,
+                            reason: "plugin failed".to_owned(),
+                        });
+                    }
+                } else {
+                    self.recycle_if_due(false);
+                }
+            }
+            Err(failure) => {
+                let context = format!("instantiating for WebSocket {ws}");
+                self.discard(&failure, None, &context);
+                if !closing {
+                    self.reply.to(conn.shard).send(Reply::Close {
+                        ws,
+                        code: CLOSE_INTERNAL_ERROR,
+                        reason: "plugin unavailable".to_owned(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Call {
+    /// Finished, or dropped unfinished (the host panicked): either way no longer in flight.
+    fn drop(&mut self) {
+        self.plugin
+            .metrics
+            .calls_in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A response for request `seq` of `conn`, through the reply queue of its event loop.
+struct ToConnection {
+    conn: ConnId,
+    seq: u64,
+    reply: crate::pool::reply::ReplyTx,
+}
+
+impl Responder for ToConnection {
+    fn respond(&mut self, bytes: Vec<u8>, close: bool) {
+        self.reply.send(Reply::Response {
+            conn: self.conn,
+            seq: self.seq,
+            bytes,
+            close,
+        });
+    }
+}
+
+/// Where a call's response goes: request `seq` of connection `conn`, through the reply
+/// queue of its loop.
+fn to_connection(reply: &Replies, conn: ConnId, seq: u64) -> Box<dyn Responder> {
+    Box::new(ToConnection {
+        conn,
+        seq,
+        reply: reply.to(conn.shard).clone(),
+    })
+}
+
+fn origin(job: &RequestJob) -> Origin {
+    Origin {
+        request_id: job.request_id,
+        version: job.head.version,
+        head: job.head.is_head(),
+        keep_alive: job.head.keep_alive,
+        accept_encoding: header(&job.head.headers, "accept-encoding").map(<[u8]>::to_vec),
+        access: Access {
+            remote: job.remote,
+            method: job.head.method.clone(),
+            path: job.head.path.clone(),
+            received: job.received,
+            metrics: Some(job.plugin.metrics.clone()),
+        },
+    }
+}
+
+/// The WIT view of a request. Moves the headers and body, no copies.
+fn to_wit(job: RequestJob) -> types::Request {
+    types::Request {
+        id: hex_id(job.request_id),
+        method: job.head.method,
+        path: job.head.path,
+        mount: job.mount.to_string(),
+        query: job.head.query,
+        headers: job
+            .head
+            .headers
+            .into_iter()
+            .map(|(name, value)| types::Header { name, value })
+            .collect(),
+        body: job.body,
+        remote_addr: address_text(job.remote),
+        version: match job.head.version {
+            Version::Http10 => types::HttpVersion::Http10,
+            Version::Http11 => types::HttpVersion::Http11,
+        },
+    }
+}
+
+/// `{:016x}` without the formatting machinery (once per request).
+fn hex_id(id: u64) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    (0..16)
+        .rev()
+        .map(|i| DIGITS[((id >> (i * 4)) & 0xf) as usize] as char)
+        .collect()
+}
+
+/// `addr.to_string()`, with IPv4 (the common case) written digit by digit: `Display` for
+/// socket addresses was 1% of a hello-world load.
+fn address_text(addr: std::net::SocketAddr) -> String {
+    let std::net::SocketAddr::V4(v4) = addr else {
+        return addr.to_string();
+    };
+    let mut out = String::with_capacity(21);
+    for (i, octet) in v4.ip().octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        push_decimal(&mut out, u32::from(octet));
+    }
+    out.push(':');
+    push_decimal(&mut out, u32::from(v4.port()));
+    out
+}
+
+fn push_decimal(out: &mut String, mut n: u32) {
+    let mut digits = [0u8; 10];
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits[..len].iter().rev().map(|&d| d as char));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_addresses_read_as_formatting_writes_them() {
+        for id in [0, 1, 0xdead_beef, u64::MAX] {
+            assert_eq!(hex_id(id), format!("{id:016x}"));
+        }
+        for addr in [
+            "127.0.0.1:8080",
+            "0.0.0.0:0",
+            "255.255.255.255:65535",
+            "10.20.3.4:51234",
+            "[::1]:443",
+        ] {
+            let addr: std::net::SocketAddr = addr.parse().unwrap();
+            assert_eq!(address_text(addr), addr.to_string());
+        }
+    }
+}

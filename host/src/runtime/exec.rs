@@ -1,0 +1,85 @@
+//! Running a plugin call to completion from synchronous code.
+//!
+//! Plugin calls are futures (wasmtime runs each on a fiber, suspended while the guest waits;
+//! see [`crate::pool`] for the executor the workers run). Outside the workers (loading a
+//! plugin, tests, benchmarks) one call at a time is simply driven on the calling thread.
+
+use std::cell::OnceCell;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+
+/// Wakes a thread parked in [`block_on`].
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Drives `future` on this thread, parking it while the future waits, with wasmtime-wasi's
+/// tokio runtime as the ambient one (WASI's sockets and files need a reactor).
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    wasmtime_wasi::runtime::with_ambient_tokio_runtime(|| {
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        let mut future = std::pin::pin!(future);
+        loop {
+            if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+                return output;
+            }
+            std::thread::park();
+        }
+    })
+}
+
+/// What the executor of a thread tells the epoch checks of the guests it runs.
+pub struct Executor {
+    /// True while calls of this executor are ready to resume.
+    pub ready: Arc<AtomicBool>,
+    /// Whether work is waiting that this executor could start (a job in the queue).
+    pub waiting: Box<dyn Fn() -> bool>,
+}
+
+thread_local! {
+    static EXECUTOR: OnceCell<Executor> = const { OnceCell::new() };
+}
+
+/// Tells this thread's epoch checks about its executor (once per thread).
+pub fn set_executor(executor: Executor) {
+    EXECUTOR.with(|cell| {
+        let _ = cell.set(executor);
+    });
+}
+
+/// Whether a guest that is still computing at an epoch tick should give its thread up: other
+/// calls of this thread's executor are ready to resume, their deadlines have passed, or work
+/// waits to be started. Its call then resumes after them, so a guest that computes for long
+/// shares its thread (a tick at a time) instead of holding it until it is done.
+pub fn others_ready() -> bool {
+    EXECUTOR.with(|cell| {
+        cell.get()
+            .is_some_and(|e| e.ready.load(Ordering::Relaxed) || (e.waiting)())
+    }) || super::timer::Local::due(std::time::Instant::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn waits_for_a_wake_from_another_thread() {
+        let started = Instant::now();
+        let timer = super::super::timer::Deadline::after(Duration::from_millis(5));
+        let mut timer = timer;
+        block_on(std::future::poll_fn(|cx| timer.poll_ready(cx)));
+        assert!(started.elapsed() >= Duration::from_millis(5));
+    }
+}
