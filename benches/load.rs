@@ -6,7 +6,9 @@
 //! - `/`: hello world over keep-alive connections: the cost of the server itself.
 //! - `/busy?us=100`: 100 µs of CPU per request: a handler that computes.
 //! - `/sleep?ms=10`: 10 ms of waiting per request, Mummy's benchmark: a handler blocked on a
-//!   slow backend. The ceiling is connections × 1000 / 10 requests per second.
+//!   slow backend, with 100 connections and again with 1,000. The ceiling is connections ×
+//!   1000 / 10 requests per second. ankh runs at its default worker count: a waiting call
+//!   holds no thread.
 //!
 //! The baseline is what a Rust developer would write without a sandbox: hyper 1 on a tokio
 //! multi-threaded runtime, with as many runtime threads as ankh has workers, the same
@@ -95,9 +97,17 @@ fn main() {
             name: "sleep?ms=10",
             path: "/sleep?ms=10",
             connections: 100,
-            threads: 100,
+            threads: default_workers,
             ceiling: Some(100.0 * 100.0),
             simulates: "a handler blocked 10 ms on a backend (ceiling: 100 connections / 10 ms)",
+        },
+        Scenario {
+            name: "sleep-1000",
+            path: "/sleep?ms=10",
+            connections: 1000,
+            threads: default_workers,
+            ceiling: Some(1000.0 * 100.0),
+            simulates: "a thousand clients whose handlers wait 10 ms each (ceiling: 1,000 connections / 10 ms)",
         },
     ];
     let plugin = benches::build_example_plugins(Some("bench")).join("bench.wasm");

@@ -96,6 +96,10 @@ pub const INSTANCE_TRIM_INTERVAL: Duration = Duration::from_secs(1);
 /// (each is instantiated once to prove that it starts).
 pub const INSTANCES_SPARE: usize = 64;
 
+/// Connections the kernel may hold for the listener before they are accepted (the kernel
+/// caps it at `net.core.somaxconn`, 4096 by default).
+pub const LISTEN_BACKLOG: i32 = 4096;
+
 /// Bytes read from a socket per `read` call.
 pub const READ_CHUNK_BYTES: usize = 16 * 1024;
 

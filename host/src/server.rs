@@ -55,7 +55,7 @@ impl Server {
                 dir.display()
             );
         }
-        let std_listener = std::net::TcpListener::bind(config.listen).map_err(|e| {
+        let std_listener = listen(config.listen).map_err(|e| {
             let why = match e.kind() {
                 std::io::ErrorKind::AddrInUse => "the address is already in use".to_owned(),
                 std::io::ErrorKind::AddrNotAvailable => {
@@ -186,6 +186,19 @@ impl Server {
         }
         shards::run(self.loops, &self.stop).context("an event loop failed")
     }
+}
+
+/// A listening socket on `addr` with a backlog of [`LISTEN_BACKLOG`](crate::limits::LISTEN_BACKLOG)
+/// (std's `TcpListener::bind` asks for 128: a burst of a few thousand connections then loses
+/// SYNs, and their clients wait a second or more to retransmit).
+fn listen(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    // As std does on Unix: a restarted server rebinds while old connections linger.
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(crate::limits::LISTEN_BACKLOG)?;
+    Ok(socket.into())
 }
 
 /// Writes `addr` to `path` atomically: a reader sees no file or the whole address.
