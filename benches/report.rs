@@ -66,6 +66,14 @@ fn main() {
         )
         .unwrap(),
     }
+    match std::fs::read_to_string(root.join("target/bench-results/waits.json")) {
+        Ok(text) => waits_section(&serde_json::from_str(&text).unwrap(), &mut md),
+        Err(_) => writeln!(
+            md,
+            "_No results for suspended calls: run `cargo bench -p benches --bench waits`._\n"
+        )
+        .unwrap(),
+    }
     micro_section(&root.join("target/criterion"), &out, &mut md);
 
     let path = out.join("README.md");
@@ -121,6 +129,44 @@ fn kv_section(doc: &Value, md: &mut String) {
         restart["empty_ms"].as_f64().unwrap_or(f64::NAN),
     )
     .unwrap();
+}
+
+fn waits_section(doc: &Value, md: &mut String) {
+    let s = &doc["sleepers"];
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    writeln!(md, "## Suspended calls\n").unwrap();
+    writeln!(
+        md,
+        "Machine: {}. {} clients each asking `/sleep?ms={}` at once: all in flight after \
+         {:.2} s; resident memory {:.1} MiB before, {:.1} MiB with them: **{:.1} KiB per \
+         suspended call**. Hello world meanwhile: at most {:.2} ms (idle: {:.2} ms).\n",
+        doc["machine"].as_str().unwrap_or("?"),
+        s["calls"],
+        s["sleep_ms"],
+        f(&s["all_in_flight_s"]),
+        f(&s["rss_before_kib"]) / 1024.0,
+        f(&s["rss_with_calls_kib"]) / 1024.0,
+        f(&s["kib_per_suspended_call"]),
+        f(&s["hello_max_ms_while_sleeping"]),
+        f(&s["hello_max_ms_idle"]),
+    )
+    .unwrap();
+    writeln!(
+        md,
+        "| path, 100 connections | req/s | server CPU per request |\n|---|---|---|"
+    )
+    .unwrap();
+    for row in doc["suspend_resume"].as_array().into_iter().flatten() {
+        writeln!(
+            md,
+            "| `{}` | {:.0} | {:.1} µs |",
+            row["path"].as_str().unwrap_or("?"),
+            f(&row["rps"]),
+            f(&row["cpu_us_per_request"]),
+        )
+        .unwrap();
+    }
+    writeln!(md).unwrap();
 }
 
 fn load_section(doc: &Value, out: &Path, md: &mut String) {

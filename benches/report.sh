@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark report in one command: builds the release host, runs the micro benchmarks
 # (criterion), the HTTP load comparison (wrk against ankh and hyper) and the key-value store's
-# (file against memory, restarts), then writes target/bench-report/README.md with SVG charts
+# (file against memory, restarts) and suspended calls (10,000 at once), then writes target/bench-report/README.md with SVG charts
 # beside it. About 8 minutes once built.
 #
 #   benches/report.sh            # full rounds
@@ -13,4 +13,5 @@ cargo build --release -p ankh
 cargo bench -p benches --bench micro
 cargo bench -p benches --bench load -- "$@"
 cargo bench -p benches --bench kv -- "$@"
+cargo bench -p benches --bench waits
 cargo bench -p benches --bench report
