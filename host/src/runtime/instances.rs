@@ -9,7 +9,7 @@
 //! policy) between calls, at most
 //! [`INSTANCES_IDLE_TOTAL`](crate::limits::INSTANCES_IDLE_TOTAL) across all plugins (the
 //! [`IdleBudget`], which sizes the pooling allocator), and none that went unused for
-//! [`INSTANCE_IDLE_TIMEOUT`](crate::limits::INSTANCE_IDLE_TIMEOUT): after a burst the pool
+//! [`INSTANCE_IDLE_TIMEOUT`]: after a burst the pool
 //! shrinks back ([`trim_idle`] runs every second). How
 //! many run at once is bounded elsewhere: by `limits.max_concurrency` per plugin (503 past
 //! it) and by the server's `max_calls` (requests wait in the queue).
