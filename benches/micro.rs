@@ -151,6 +151,8 @@ fn runtime(pooling: bool) -> Arc<Runtime> {
         ws_max_message_bytes: Limits::default().ws_max_message_bytes,
         max_body_bytes: Limits::default().max_body_bytes,
         ws_compression: true,
+        max_response_bytes: Limits::default().max_response_bytes,
+        outbound: Default::default(),
         pooling,
         cache_dir: Some(benches::root().join("target/bench-cache")),
         store: ankh::kv::Store::memory(),

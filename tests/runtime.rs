@@ -56,6 +56,8 @@ fn runtime(cpu_deadline: Duration) -> Arc<Runtime> {
         ws_max_message_bytes: limits.ws_max_message_bytes,
         max_body_bytes: limits.max_body_bytes,
         ws_compression: limits.ws_compression,
+        max_response_bytes: limits.max_response_bytes,
+        outbound: Default::default(),
         pooling: false,
         cache_dir: Some(test_cache_dir()),
         store: ankh::kv::Store::memory(),

@@ -76,8 +76,9 @@ pub mod bindings {
     });
 }
 
+mod exchange;
 mod export;
-mod http;
+pub mod http;
 pub mod kv;
 pub mod log;
 mod pattern;
@@ -88,7 +89,7 @@ mod test_support;
 pub mod ws;
 
 pub use bindings::ankh::plugin::types as wit;
-pub use http::{IntoOutcome, JsonError, Outcome, Request, Response};
+pub use exchange::{IntoOutcome, JsonError, Outcome, Request, Response};
 pub use pattern::{PatternError, PatternErrorKind};
 pub use router::Router;
 pub use wit::{HttpVersion, RespondError};
@@ -96,7 +97,7 @@ pub use wit::{HttpVersion, RespondError};
 /// Everything a typical plugin uses: `use ankh_guest::prelude::*;`.
 pub mod prelude {
     pub use crate::ws::{self, WebSocketHandler};
-    pub use crate::{IntoOutcome, JsonError, Outcome, Request, Response, Router, kv, log};
+    pub use crate::{IntoOutcome, JsonError, Outcome, Request, Response, Router, http, kv, log};
 }
 
 /// The glue `export_plugin!` expands to. Not a public API.

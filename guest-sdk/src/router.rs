@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-use crate::http::{IntoOutcome, Outcome, Request, Response};
+use crate::exchange::{IntoOutcome, Outcome, Request, Response};
 use crate::pattern::{Pattern, PatternError};
 
 /// A boxed handler: every handler is stored in this form.

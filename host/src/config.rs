@@ -523,6 +523,56 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         |c| c.limits.ws_max_message_bytes
     ),
     number!(
+        "limits.max_response_bytes",
+        "max-response-bytes",
+        Bytes,
+        1,
+        1 << 40,
+        limits::MAX_RESPONSE_BYTES,
+        "Largest response body a wasi:http/proxy plugin may give (it is buffered); past it the client gets 502",
+        |c| c.limits.max_response_bytes
+    ),
+    number!(
+        "outbound.connect_timeout_ms",
+        "outbound-connect-timeout-ms",
+        Millis,
+        1,
+        MAX_MS,
+        limits::OUTBOUND_CONNECT_TIMEOUT,
+        "Outbound HTTP from plugins: how long looking up a name and opening a connection may take",
+        |c| c.limits.outbound_connect_timeout
+    ),
+    number!(
+        "outbound.first_byte_timeout_ms",
+        "outbound-first-byte-timeout-ms",
+        Millis,
+        1,
+        MAX_MS,
+        limits::OUTBOUND_FIRST_BYTE_TIMEOUT,
+        "Outbound HTTP from plugins: how long the response head may take once the request is sent",
+        |c| c.limits.outbound_first_byte_timeout
+    ),
+    number!(
+        "outbound.between_bytes_timeout_ms",
+        "outbound-between-bytes-timeout-ms",
+        Millis,
+        1,
+        MAX_MS,
+        limits::OUTBOUND_BETWEEN_BYTES_TIMEOUT,
+        "Outbound HTTP from plugins: how long a response body may go without a byte",
+        |c| c.limits.outbound_between_bytes_timeout
+    ),
+    number!(
+        "outbound.max_response_bytes",
+        "outbound-max-response-bytes",
+        Bytes,
+        1,
+        1 << 40,
+        limits::OUTBOUND_MAX_RESPONSE_BYTES,
+        "Outbound HTTP from plugins: the largest response body a plugin receives",
+        |c| c.limits.outbound_max_response_bytes
+    ),
+    number!(
         "timeouts.idle_ms",
         "idle-timeout-ms",
         Millis,

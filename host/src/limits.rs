@@ -155,6 +155,46 @@ pub const KV_REOPEN_INTERVAL: Duration = Duration::from_secs(1);
 /// the oldest is forgotten first).
 pub const KV_WASI_CURSORS: usize = 64;
 
+/// Outbound HTTP (`wasi:http/outgoing-handler`): how long a connection may take to open (the
+/// name lookup included). wasi-http's own default is 600 s.
+pub const OUTBOUND_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Outbound HTTP: how long the response head may take once the request is sent.
+pub const OUTBOUND_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Outbound HTTP: how long the response body may go without a byte.
+pub const OUTBOUND_BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Outbound HTTP: the largest response body a plugin receives; past it the body ends with
+/// `HTTP-response-body-size`.
+pub const OUTBOUND_MAX_RESPONSE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Outbound HTTP: requests in flight, and connections open, from one plugin to one origin;
+/// a request past it waits for one to finish. Every connection may stay idle for reuse.
+pub const OUTBOUND_CONNECTIONS_PER_ORIGIN: usize = 16;
+
+/// Outbound HTTP: requests in flight, and connections open, from one plugin to all origins.
+pub const OUTBOUND_CONNECTIONS_PER_PLUGIN: usize = 256;
+
+/// Outbound HTTP: an idle pooled connection is closed after this long.
+pub const OUTBOUND_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Outbound HTTP: origins per plugin with a request limiter of their own (a wildcard grant
+/// names many); past it, limiters with nothing in flight are forgotten.
+pub const OUTBOUND_ORIGINS_POOLED: usize = 1024;
+
+/// Outbound HTTP: origins per plugin counted apart in `/metrics`; the rest count as `other`.
+pub const OUTBOUND_ORIGINS_COUNTED: usize = 64;
+
+/// The largest response body a `wasi:http/proxy` plugin may give; past it the client gets
+/// 502 (the body is buffered, as ankh's own plugins' are).
+pub const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Bytes one write into a wasi:http body stream may carry (wasi-http's `check-write`
+/// budget). Small, so that the host memory a body buffers is bounded by its byte cap
+/// whatever the write pattern (see `runtime::proxy`).
+pub const HTTP_BODY_WRITE_BYTES: usize = 4096;
+
 /// Open client connections; the one past this is accepted and closed at once.
 pub const MAX_CONNECTIONS: usize = 10_000;
 
@@ -264,6 +304,16 @@ pub struct Limits {
     pub ws_pong_timeout: Duration,
     /// See [`WS_COMPRESSION`].
     pub ws_compression: bool,
+    /// See [`MAX_RESPONSE_BYTES`].
+    pub max_response_bytes: u64,
+    /// See [`OUTBOUND_CONNECT_TIMEOUT`].
+    pub outbound_connect_timeout: Duration,
+    /// See [`OUTBOUND_FIRST_BYTE_TIMEOUT`].
+    pub outbound_first_byte_timeout: Duration,
+    /// See [`OUTBOUND_BETWEEN_BYTES_TIMEOUT`].
+    pub outbound_between_bytes_timeout: Duration,
+    /// See [`OUTBOUND_MAX_RESPONSE_BYTES`].
+    pub outbound_max_response_bytes: u64,
 }
 
 impl Default for Limits {
@@ -290,6 +340,11 @@ impl Default for Limits {
             ws_ping_interval: WS_PING_INTERVAL,
             ws_pong_timeout: WS_PONG_TIMEOUT,
             ws_compression: WS_COMPRESSION,
+            max_response_bytes: MAX_RESPONSE_BYTES,
+            outbound_connect_timeout: OUTBOUND_CONNECT_TIMEOUT,
+            outbound_first_byte_timeout: OUTBOUND_FIRST_BYTE_TIMEOUT,
+            outbound_between_bytes_timeout: OUTBOUND_BETWEEN_BYTES_TIMEOUT,
+            outbound_max_response_bytes: OUTBOUND_MAX_RESPONSE_BYTES,
         }
     }
 }

@@ -15,13 +15,9 @@ const LATENCY_BUCKETS_SECS: [f64; 10] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5,
 ];
 
-/// A per-plugin family: name, help, type, and how to read it.
-type Family = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&PluginMetrics) -> String,
-);
+/// A family of figures: name, help, type, and how to read one of `T` (a plugin's figures, or
+/// one origin's of a plugin).
+type Family<T = PluginMetrics> = (&'static str, &'static str, &'static str, fn(&T) -> String);
 
 /// Server-wide figures, and the per-plugin ones by name.
 #[derive(Debug, Default)]
@@ -93,6 +89,9 @@ pub struct PluginMetrics {
     /// Instances replaced because their memory grew past `recycle_growth_mib`.
     pub memory_recycles: AtomicU64,
     pub live_instances: AtomicI64,
+    /// Outbound HTTP requests by origin (`scheme://host:port`; at most
+    /// [`OUTBOUND_ORIGINS_COUNTED`](crate::limits::OUTBOUND_ORIGINS_COUNTED), then `other`).
+    outbound: Mutex<BTreeMap<String, OriginStats>>,
     /// Instances kept between calls.
     pub idle_instances: AtomicI64,
     /// Calls started and not finished: running, or suspended in a wait.
@@ -100,7 +99,30 @@ pub struct PluginMetrics {
     pub reloads: AtomicU64,
 }
 
+/// Outbound requests to one origin.
+#[derive(Debug, Default, Clone, Copy)]
+struct OriginStats {
+    requests: u64,
+    errors: u64,
+    duration_us: u64,
+}
+
 impl PluginMetrics {
+    /// An outbound request to `origin` ended (`ok`: a response head arrived) after `took`.
+    pub fn outbound(&self, origin: &str, took: Duration, ok: bool) {
+        let mut map = self.outbound.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = if map.contains_key(origin) || map.len() < crate::limits::OUTBOUND_ORIGINS_COUNTED
+        {
+            origin
+        } else {
+            "other"
+        };
+        let stats = map.entry(key.to_owned()).or_default();
+        stats.requests += 1;
+        stats.errors += u64::from(!ok);
+        stats.duration_us += took.as_micros() as u64;
+    }
+
     /// A response went out, `elapsed` after its request was complete.
     pub fn response(&self, status: u16, elapsed: Duration) {
         let class = usize::from(status / 100).clamp(1, 5) - 1;
@@ -406,6 +428,40 @@ impl Metrics {
                 |m| m.reloads.load(Ordering::Relaxed).to_string(),
             ),
         ];
+        let outbound: [Family<OriginStats>; 3] = [
+            (
+                "ankh_outbound_requests_total",
+                "Outbound HTTP requests by plugin and origin.",
+                "counter",
+                |o| o.requests.to_string(),
+            ),
+            (
+                "ankh_outbound_errors_total",
+                "Outbound HTTP requests that got no response (refused, timed out, failed).",
+                "counter",
+                |o| o.errors.to_string(),
+            ),
+            (
+                "ankh_outbound_request_duration_seconds_total",
+                "Time outbound HTTP requests took until their response head, together.",
+                "counter",
+                |o| (o.duration_us as f64 / 1e6).to_string(),
+            ),
+        ];
+        for (name, help, kind, value) in outbound {
+            family(&mut out, name, help, kind);
+            for (plugin, m) in plugins.iter() {
+                let origins = m.outbound.lock().unwrap_or_else(PoisonError::into_inner);
+                for (origin, stats) in origins.iter() {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{plugin=\"{plugin}\",origin=\"{}\"}} {}",
+                        origin.replace('\\', "\\\\").replace('"', "\\\""),
+                        value(stats)
+                    );
+                }
+            }
+        }
         for (name, help, kind, value) in per_plugin {
             family(&mut out, name, help, kind);
             for (plugin, m) in plugins.iter() {

@@ -83,6 +83,8 @@ impl Server {
             ws_max_message_bytes: config.limits.ws_max_message_bytes,
             max_body_bytes: config.limits.max_body_bytes,
             ws_compression: config.limits.ws_compression,
+            max_response_bytes: config.limits.max_response_bytes,
+            outbound: crate::runtime::outbound::OutboundConfig::from_limits(&config.limits),
             pooling: config.pooling,
             cache_dir: config.cache_dir.clone(),
             store,

@@ -35,6 +35,8 @@ pub(crate) fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report>
         ws_max_message_bytes: config.limits.ws_max_message_bytes,
         max_body_bytes: config.limits.max_body_bytes,
         ws_compression: config.limits.ws_compression,
+        max_response_bytes: config.limits.max_response_bytes,
+        outbound: ankh::runtime::outbound::OutboundConfig::from_limits(&config.limits),
         pooling: false,
         cache_dir: config.cache_dir.clone(),
         // Checking runs start code only: it must not touch (or lock) the server's data.
@@ -84,17 +86,22 @@ pub(crate) fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report>
             let _ = writeln!(text, "  {export}");
         }
     }
-    if let Some(name) = name {
-        match Policy::for_plugin(path, name, &config.limits) {
+    let loaded = name.map(|n| Plugin::load(&runtime, n, path));
+    // The policy the plugin runs under (its world may change a default: a proxy component
+    // gets a fresh instance per request), or the file's, when the plugin does not load.
+    match (name, &loaded) {
+        (_, Some(Ok(plugin))) => describe(&plugin.policy, &mut text),
+        (Some(name), _) => match Policy::for_plugin(path, name, &config.limits) {
             Ok(policy) => describe(&policy, &mut text),
             Err(e) => {
                 let _ = writeln!(text, "policy:   {}", e.message);
             }
-        }
+        },
+        (None, _) => {}
     }
-    let accepted = match (name, name.map(|n| Plugin::load(&runtime, n, path))) {
+    let accepted = match (name, loaded) {
         (Some(_), Some(Ok(plugin))) => {
-            let _ = writeln!(text, "world:    ankh:plugin@{}", plugin.world_version());
+            let _ = writeln!(text, "world:    {}", plugin.world());
             let _ = writeln!(
                 text,
                 "verdict:  accepted (compiled and instantiated in {} ms)",
@@ -209,7 +216,14 @@ fn describe(policy: &Policy, text: &mut String) {
     for addr in &policy.network {
         let _ = writeln!(text, "                 tcp to {addr}");
     }
-    if policy.env.is_empty() && policy.dirs.is_empty() && policy.network.is_empty() {
+    for grant in policy.http.iter() {
+        let _ = writeln!(text, "                 http to {grant}");
+    }
+    if policy.env.is_empty()
+        && policy.dirs.is_empty()
+        && policy.network.is_empty()
+        && policy.http.is_empty()
+    {
         let _ = writeln!(
             text,
             "                 no filesystem, network or environment"

@@ -43,6 +43,10 @@ pub struct RuntimeConfig {
     pub max_body_bytes: u64,
     /// Whether WebSockets negotiate permessage-deflate (plugins may turn it off).
     pub ws_compression: bool,
+    /// The largest response body of a `wasi:http/proxy` plugin.
+    pub max_response_bytes: u64,
+    /// The bounds of plugins' outbound HTTP.
+    pub outbound: super::outbound::OutboundConfig,
     /// Use the pooling instance allocator (falls back to on-demand if it cannot be set up).
     pub pooling: bool,
     /// Where compiled plugins are cached, keyed by content and engine settings; `None` turns
@@ -129,6 +133,7 @@ impl Runtime {
         };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         super::waits::add_clocks_to_linker(&mut linker)?;
         super::waits::add_to_linker(&mut linker)?;
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;

@@ -35,6 +35,8 @@ pub struct GuestLimits {
     pub ws_max_message_bytes: usize,
     pub ws_max_topic_bytes: usize,
     pub ws_max_topics_per_connection: usize,
+    /// The response body a `wasi:http/proxy` instance may give.
+    pub max_response_bytes: u64,
     /// One `log` message (longer ones are cut).
     pub log_message_bytes: usize,
     /// The steps the clocks move in.
@@ -44,7 +46,11 @@ pub struct GuestLimits {
 impl GuestLimits {
     /// The bounds of a plugin with `policy`, on a server whose WebSocket message limit is
     /// `ws_max_message_bytes`.
-    pub fn for_plugin(policy: &Policy, ws_max_message_bytes: usize) -> Self {
+    pub fn for_plugin(
+        policy: &Policy,
+        ws_max_message_bytes: usize,
+        max_response_bytes: u64,
+    ) -> Self {
         GuestLimits {
             memory_bytes: policy.memory_bytes,
             table_entries: limits::GUEST_TABLE_ENTRIES,
@@ -54,6 +60,7 @@ impl GuestLimits {
             handler_timeout: policy.handler_timeout,
             kv: crate::kv::Bounds::with_quota(policy.kv_max_bytes),
             ws_max_message_bytes,
+            max_response_bytes,
             ws_max_topic_bytes: limits::WS_MAX_TOPIC_BYTES,
             ws_max_topics_per_connection: limits::WS_MAX_TOPICS_PER_CONNECTION,
             log_message_bytes: limits::GUEST_LOG_MESSAGE_BYTES,

@@ -33,10 +33,33 @@ pub struct Plugin {
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
     /// This version's idle instances, for the next calls of any worker.
     pub instances: super::instances::InstancePool,
+    /// Its outbound HTTP: grants, connection pool, figures.
+    pub(crate) outbound: Arc<super::outbound::Outbound>,
+    /// How many writes a wasi:http body stream may buffer.
+    body_buffer_chunks: usize,
     /// How long compiling and checking took.
     pub load_time: Duration,
     /// The compiled code came from the disk cache.
     pub cached: bool,
+}
+
+/// The export of WASI 0.3's HTTP world, refused at load.
+const P3_HANDLER: &str = "wasi:http/handler@0.3";
+
+/// WASI 0.3's HTTP world is refused: ankh serves 0.2 (`wasi:http/proxy`), whose calls it can
+/// suspend and bound; 0.3's need the component model's async ABI.
+fn p3_refused(path: &Path) -> LoadError {
+    LoadError::World {
+        path: path.to_owned(),
+        reason: format!(
+            "it exports {P3_HANDLER}.x (WASI 0.3), which ankh does not serve: build it for wasi:http/proxy@0.2 (target wasm32-wasip2) or for ankh:plugin"
+        ),
+    }
+}
+
+/// Whether `needle` occurs in `bytes` (an export name in a component's binary).
+fn mentions(bytes: &[u8], needle: &str) -> bool {
+    bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
 /// The identity of a plugin version: its code and its policy file.
@@ -73,7 +96,9 @@ pub enum LoadError {
     CoreModule { path: PathBuf },
     #[error("{path} does not compile: {reason}")]
     Compile { path: PathBuf, reason: String },
-    #[error("{path} does not match the ankh:plugin@0.2.0 world (nor 0.1.0's): {reason}")]
+    #[error(
+        "{path} does not match the ankh:plugin@0.2.0 world (nor 0.1.0's, nor wasi:http/proxy@0.2): {reason}"
+    )]
     World { path: PathBuf, reason: String },
     #[error("{path} fails to instantiate: {reason}")]
     Instantiate { path: PathBuf, reason: String },
@@ -140,13 +165,27 @@ impl Plugin {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let hits_before = runtime.cache_hits();
-            let component =
-                Component::new(&runtime.engine, &bytes).map_err(|e| LoadError::Compile {
-                    path: path.to_owned(),
-                    reason: format!("{e:#}"),
-                })?;
+            let component = Component::new(&runtime.engine, &bytes).map_err(|e| {
+                // A WASI 0.3 component may use the component model's async ABI, which the
+                // engine does not validate: name the world rather than the instruction.
+                if mentions(&bytes, P3_HANDLER) {
+                    p3_refused(path)
+                } else {
+                    LoadError::Compile {
+                        path: path.to_owned(),
+                        reason: format!("{e:#}"),
+                    }
+                }
+            })?;
             (component, runtime.cache_hits() > hits_before)
         };
+        if component
+            .component_type()
+            .exports(&runtime.engine)
+            .any(|(export, _)| export.starts_with(P3_HANDLER))
+        {
+            return Err(p3_refused(path));
+        }
         let world_error = |e: wasmtime::Error| LoadError::World {
             path: path.to_owned(),
             reason: format!("{e:#}"),
@@ -156,13 +195,38 @@ impl Plugin {
             .instantiate_pre(&component)
             .map_err(world_error)?;
         let pre = Pre::new(instance_pre).map_err(world_error)?;
+        // wasmtime serve's model: a fresh instance per request, unless the policy asks for
+        // reuse (a proxy component need not expect its export to be called twice).
+        let mut policy = policy;
+        if pre.is_proxy() && !policy.instances_mode_given {
+            policy.fresh_instances = true;
+        }
         let name: Arc<str> = Arc::from(name);
         let limits = Arc::new(super::guest_limits::GuestLimits::for_plugin(
             &policy,
             runtime.config.ws_max_message_bytes,
+            runtime.config.max_response_bytes,
         ));
         let metrics = runtime.metrics.plugin(&name);
+        let outbound = Arc::new(super::outbound::Outbound::new(
+            name.clone(),
+            policy.http.clone(),
+            runtime.config.outbound.clone(),
+            metrics.clone(),
+        ));
+        // A body of up to the larger cap fits in the stream's buffer, however small its
+        // writes, so a guest writing its whole body before `set` cannot wait on itself.
+        let body_cap = runtime
+            .config
+            .max_response_bytes
+            .max(runtime.config.max_body_bytes);
+        let body_buffer_chunks =
+            usize::try_from(body_cap / crate::limits::HTTP_BODY_WRITE_BYTES as u64)
+                .unwrap_or(usize::MAX / 2)
+                + 1;
         Ok(Plugin {
+            outbound,
+            body_buffer_chunks,
             kv: runtime.config.store.namespace(&name, limits.kv),
             instances: super::instances::InstancePool::new(
                 policy.max_idle_instances,
@@ -197,9 +261,15 @@ impl Plugin {
         Ok(())
     }
 
-    /// The version of the `ankh:plugin` world it was built against (`0.2.0`, or `0.1.0`).
-    pub fn world_version(&self) -> &'static str {
-        self.pre.version()
+    /// The world the component targets (`ankh:plugin@0.2.0`, `ankh:plugin@0.1.0` or
+    /// `wasi:http/proxy@0.2`).
+    pub fn world(&self) -> &'static str {
+        self.pre.world()
+    }
+
+    /// Whether it is a `wasi:http/proxy` component.
+    pub fn is_proxy(&self) -> bool {
+        self.pre.is_proxy()
     }
 
     /// Takes one of the plugin's concurrency slots, or `None` when all are in use.
@@ -226,6 +296,10 @@ impl Plugin {
             self.limits.clone(),
             self.metrics.clone(),
             ws,
+            super::outbound::HttpHooks {
+                outbound: self.outbound.clone(),
+                body_buffer_chunks: self.body_buffer_chunks,
+            },
         );
         let mut store = Store::new(self.pre.engine(), state);
         super::guest_limits::configure_store(&mut store);

@@ -16,6 +16,7 @@
 //! env = ["LANG", "GREETING=hello"]    # pass a host variable, or set one
 //! dirs = [{ host = "data", guest = "/data", writable = false }]  # host: inside the plugins dir
 //! network = ["127.0.0.1:5432"]        # outbound TCP allowed to exactly these addresses
+//! http = ["https://api.example.com", "https://*.example.org"]  # outbound HTTP to these origins
 //! precise_clocks = true               # clocks at full resolution (default: 100 µs steps)
 //!
 //! [instances]
@@ -56,10 +57,15 @@ pub struct Policy {
     pub dirs: Vec<Preopen>,
     /// Outbound TCP destinations allowed.
     pub network: Vec<SocketAddr>,
+    /// Origins outbound HTTP may reach.
+    pub http: super::http_grants::HttpGrants,
     /// Clocks at full resolution instead of [`crate::limits::GUEST_CLOCK_RESOLUTION`] steps.
     pub precise_clocks: bool,
     /// A fresh instance for every call.
     pub fresh_instances: bool,
+    /// Whether the policy file set `instances.mode` (else the world's default applies:
+    /// reuse for ankh's worlds, fresh for `wasi:http/proxy`).
+    pub instances_mode_given: bool,
     /// Replace a reused instance after this many calls.
     pub recycle_after: Option<u64>,
     /// Replace a reused instance whose linear memory grew more than this past its start.
@@ -252,6 +258,24 @@ pub static SETTINGS: &[Setting<Policy>] = &[
         read: |p| Value::List(p.network.iter().map(ToString::to_string).collect()),
     },
     Setting {
+        key: "capabilities.http",
+        flag: Flag::None,
+        kind: Kind::List {
+            check: check_http_grant,
+        },
+        doc: "Outbound HTTP allowed to these origins: \"https://host[:port]\", \"https://*.domain\"",
+        default: || Value::Unset,
+        apply: |p, v| {
+            p.http = super::http_grants::HttpGrants::new(
+                v.list()
+                    .iter()
+                    .filter_map(|g| super::http_grants::HttpGrant::parse(g).ok())
+                    .collect(),
+            );
+        },
+        read: |p| Value::List(p.http.iter().map(ToString::to_string).collect()),
+    },
+    Setting {
         key: "capabilities.precise_clocks",
         flag: Flag::None,
         kind: Kind::Switch,
@@ -264,9 +288,12 @@ pub static SETTINGS: &[Setting<Policy>] = &[
         key: "instances.mode",
         flag: Flag::None,
         kind: Kind::Choice(&["reuse", "fresh"]),
-        doc: "reuse: instances serve call after call (one at a time); fresh: a new instance for every request",
+        doc: "reuse: instances serve call after call (one at a time); fresh: a new instance for every request (the default for wasi:http/proxy plugins)",
         default: || Value::Text("reuse".to_owned()),
-        apply: |p, v| p.fresh_instances = v.text() == "fresh",
+        apply: |p, v| {
+            p.fresh_instances = v.text() == "fresh";
+            p.instances_mode_given = true;
+        },
         read: |p| Value::Text(if p.fresh_instances { "fresh" } else { "reuse" }.to_owned()),
     },
     policy_number!(
@@ -317,6 +344,10 @@ fn check_env(entry: &str) -> Result<(), String> {
     }
 }
 
+fn check_http_grant(grant: &str) -> Result<(), String> {
+    super::http_grants::HttpGrant::parse(grant).map(drop)
+}
+
 fn check_socket_addr(addr: &str) -> Result<(), String> {
     addr.parse::<SocketAddr>()
         .map(drop)
@@ -337,8 +368,10 @@ impl Policy {
             env: Vec::new(),
             dirs: Vec::new(),
             network: Vec::new(),
+            http: Default::default(),
             precise_clocks: false,
             fresh_instances: false,
+            instances_mode_given: false,
             recycle_after: None,
             recycle_growth_bytes: crate::limits::INSTANCE_RECYCLE_GROWTH_BYTES,
             max_idle_instances: crate::limits::INSTANCES_IDLE_PER_PLUGIN,

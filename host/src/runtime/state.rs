@@ -66,6 +66,9 @@ pub struct HostState {
     pub(crate) call: Option<CallContext>,
     /// Absent in stores that serve no traffic (the trial instantiation at load).
     ws: Option<WsLink>,
+    /// wasi:http: inbound requests of proxy plugins, outbound requests of every plugin.
+    http: wasmtime_wasi_http::WasiHttpCtx,
+    http_hooks: super::outbound::HttpHooks,
 }
 
 impl HostState {
@@ -78,6 +81,7 @@ impl HostState {
         limits: Arc<GuestLimits>,
         metrics: Arc<crate::metrics::PluginMetrics>,
         ws: Option<WsLink>,
+        http_hooks: super::outbound::HttpHooks,
     ) -> Self {
         let tags = LogTags::new(plugin);
         let (monotonic, wall) = super::clocks::at_resolution(limits.clock_resolution);
@@ -128,6 +132,8 @@ impl HostState {
             tags,
             call: None,
             ws,
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            http_hooks,
         }
     }
 
@@ -143,6 +149,16 @@ impl HostState {
     /// The resource table and the call's watch, borrowed together (a bounded wait needs both).
     pub(super) fn table_and_watch(&mut self) -> (&mut ResourceTable, &mut Watch) {
         (&mut self.table, &mut self.watch)
+    }
+}
+
+impl wasmtime_wasi_http::WasiHttpView for HostState {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_hooks,
+        }
     }
 }
 

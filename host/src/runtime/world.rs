@@ -3,10 +3,14 @@
 //! A component built against the current `ankh:plugin@0.2.0` exports `handler@0.2.0`; one
 //! built against 0.1.0 exports `handler@0.1.0`. Both are linked against every import the host
 //! has, of both versions, and their `types` are the same Rust types, so the rest of the host
-//! never asks which one it is talking to.
+//! never asks which one it is talking to. A standard `wasi:http/proxy` component (0.2.x)
+//! exports `wasi:http/incoming-handler`; its calls go through [`super::proxy`] and answer as
+//! ankh's own plugins do. Proxy components have no WebSocket events.
 
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
+
+use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 
 use super::bindings::{self, legacy, types};
 use super::state::HostState;
@@ -15,39 +19,52 @@ use super::state::HostState;
 pub enum Pre {
     Current(bindings::PluginPre<HostState>),
     Legacy(legacy::PluginPre<HostState>),
+    Proxy(ProxyPre<HostState>),
 }
 
 /// A live instance's exports, of either world.
 pub enum Exports {
     Current(bindings::Plugin),
     Legacy(legacy::Plugin),
+    Proxy(Proxy),
 }
 
 impl Pre {
-    /// Checks the component's exports against the current world, then against 0.1.0. The
-    /// error, when neither fits, is the current world's.
+    /// Checks the component's exports against the current world, then against 0.1.0, then
+    /// against `wasi:http/proxy`. The error, when none fits, is the current world's.
     pub fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Pre> {
-        match bindings::PluginPre::new(pre.clone()) {
-            Ok(current) => Ok(Pre::Current(current)),
-            Err(e) => match legacy::PluginPre::new(pre) {
-                Ok(legacy) => Ok(Pre::Legacy(legacy)),
-                Err(_) => Err(e),
-            },
+        let e = match bindings::PluginPre::new(pre.clone()) {
+            Ok(current) => return Ok(Pre::Current(current)),
+            Err(e) => e,
+        };
+        if let Ok(legacy) = legacy::PluginPre::new(pre.clone()) {
+            return Ok(Pre::Legacy(legacy));
         }
+        match ProxyPre::new(pre) {
+            Ok(proxy) => Ok(Pre::Proxy(proxy)),
+            Err(_) => Err(e),
+        }
+    }
+
+    /// Whether it is a `wasi:http/proxy` component.
+    pub fn is_proxy(&self) -> bool {
+        matches!(self, Pre::Proxy(_))
     }
 
     pub fn engine(&self) -> &wasmtime::Engine {
         match self {
             Pre::Current(p) => p.engine(),
             Pre::Legacy(p) => p.engine(),
+            Pre::Proxy(p) => p.engine(),
         }
     }
 
-    /// The version of `ankh:plugin` the component was built against.
-    pub fn version(&self) -> &'static str {
+    /// The world the component targets.
+    pub fn world(&self) -> &'static str {
         match self {
-            Pre::Current(_) => "0.2.0",
-            Pre::Legacy(_) => "0.1.0",
+            Pre::Current(_) => "ankh:plugin@0.2.0",
+            Pre::Legacy(_) => "ankh:plugin@0.1.0",
+            Pre::Proxy(_) => "wasi:http/proxy@0.2",
         }
     }
 
@@ -55,6 +72,7 @@ impl Pre {
         Ok(match self {
             Pre::Current(p) => Exports::Current(p.instantiate_async(store).await?),
             Pre::Legacy(p) => Exports::Legacy(p.instantiate_async(store).await?),
+            Pre::Proxy(p) => Exports::Proxy(p.instantiate_async(store).await?),
         })
     }
 }
@@ -76,6 +94,7 @@ impl Exports {
                     .call_handle_request(store, request)
                     .await
             }
+            Exports::Proxy(p) => super::proxy::handle(store, p, request).await,
         }
     }
 
@@ -96,6 +115,8 @@ impl Exports {
                     .call_on_open(store, conn, request)
                     .await
             }
+            // A proxy component never accepts a WebSocket, so it has no events.
+            Exports::Proxy(_) => Ok(()),
         }
     }
 
@@ -116,6 +137,8 @@ impl Exports {
                     .call_on_message(store, conn, message)
                     .await
             }
+            // A proxy component never accepts a WebSocket, so it has no events.
+            Exports::Proxy(_) => Ok(()),
         }
     }
 
@@ -136,6 +159,8 @@ impl Exports {
                     .call_on_close(store, conn, info)
                     .await
             }
+            // A proxy component never accepts a WebSocket, so it has no events.
+            Exports::Proxy(_) => Ok(()),
         }
     }
 }

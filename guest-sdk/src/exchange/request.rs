@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::de::DeserializeOwned;
 
-use crate::http::{Outcome, Response};
+use crate::exchange::{Outcome, Response};
 use crate::percent;
 use crate::wit;
 
