@@ -6,6 +6,8 @@
 
 // The harness: start a server, raw sockets, a client library, response parsing.
 mod harness;
+// A local HTTP service for plugins to call, counting its connections.
+mod upstream;
 
 // Request parsing and framing: A1-A8, A11-A13, A16.
 mod http1;
@@ -52,3 +54,7 @@ mod compression;
 mod shards;
 // Waits that hold no thread: sleeping, cancelled, bounded and computing calls, commits: issue 18.
 mod waits;
+// Standard wasi:http/proxy components from four toolchains, against wasmtime serve: issue 15.
+mod wasi_http;
+// Outbound HTTP from plugins: grants, address rules, pooling, timeouts, caps: issue 15.
+mod outbound;

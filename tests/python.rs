@@ -14,7 +14,7 @@ use tungstenite::Message;
 use crate::harness::{Options, TempDir, agent};
 
 /// Where build.sh finds componentize-py, if it is anywhere.
-fn componentize_py(root: &Path) -> Option<PathBuf> {
+pub fn componentize_py(root: &Path) -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("COMPONENTIZE_PY") {
         return Some(PathBuf::from(p));
     }

@@ -30,6 +30,11 @@
 //! `monotonic_step=<ns> wall_step=<ns>`, the largest power of ten (up to 1 s) that divides
 //! every reading.
 //!
+//! Outbound HTTP, through raw `wasi:http/outgoing-handler` (no SDK):
+//! `/hostile/http-flood?url=U&n=N` starts N GETs of U at once and waits for them all
+//! (`ok <answered> failed <failed>`); `/hostile/http-slow?url=U` asks for a first-byte and
+//! between-bytes timeout of an hour (`ok <status>` or `error <ErrorCode>`).
+//!
 //! WebSocket: `/hostile/ws` upgrades; a text `close:<code>` asks the host to close this very
 //! connection with that code (answered `refused <code> <WsError>` when refused), anything else
 //! is echoed. `/hostile/bad-upgrade` accepts an upgrade with an invalid header name.
@@ -202,6 +207,62 @@ impl WebSocketHandler for Hostile {
     }
 }
 
+/// One outbound GET of `url` (an `http://host:port/path` URL), with `options`.
+fn outbound_get(
+    url: &str,
+    options: Option<wasip2::http::types::RequestOptions>,
+) -> Result<wasip2::http::types::FutureIncomingResponse, String> {
+    use wasip2::http::types::{Fields, OutgoingRequest, Scheme};
+    let rest = url.strip_prefix("http://").ok_or("http:// URLs only")?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let request = OutgoingRequest::new(Fields::new());
+    request
+        .set_scheme(Some(&Scheme::Http))
+        .map_err(|()| "scheme")?;
+    request
+        .set_authority(Some(authority))
+        .map_err(|()| "authority")?;
+    let path = if path.is_empty() { "/" } else { path };
+    request
+        .set_path_with_query(Some(path))
+        .map_err(|()| "path")?;
+    wasip2::http::outgoing_handler::handle(request, options).map_err(|e| format!("{e:?}"))
+}
+
+/// Waits for one response: its status, or the error code.
+fn outcome(pending: &wasip2::http::types::FutureIncomingResponse) -> Result<u16, String> {
+    pending.subscribe().block();
+    match pending.get() {
+        Some(Ok(Ok(response))) => Ok(response.status()),
+        Some(Ok(Err(code))) => Err(format!("{code:?}")),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+fn http_flood(req: &Request) -> String {
+    let url = req.query_param("url").unwrap_or_default();
+    let pending: Vec<_> = (0..number(req, "n", 64))
+        .map(|_| outbound_get(&url, None))
+        .collect();
+    let answered = pending
+        .iter()
+        .filter(|p| p.as_ref().is_ok_and(|p| outcome(p).is_ok()))
+        .count();
+    format!("ok {answered} failed {}", pending.len() - answered)
+}
+
+fn http_slow(req: &Request) -> String {
+    let url = req.query_param("url").unwrap_or_default();
+    let hour = 3_600_000_000_000;
+    let options = wasip2::http::types::RequestOptions::new();
+    let _ = options.set_first_byte_timeout(Some(hour));
+    let _ = options.set_between_bytes_timeout(Some(hour));
+    match outbound_get(&url, Some(options)).and_then(|p| outcome(&p)) {
+        Ok(status) => format!("ok {status}"),
+        Err(e) => format!("error {e}"),
+    }
+}
+
 fn router() -> Router {
     Router::new()
         .get("/send", |req: &Request| {
@@ -236,6 +297,8 @@ fn router() -> Router {
         .get("/log-forge", log_forge)
         .get("/header", header)
         .get("/clock", clock)
+        .get("/http-flood", http_flood)
+        .get("/http-slow", http_slow)
         .get("/ws", |_req: &Request| Outcome::upgrade())
         .get("/bad-upgrade", |_req: &Request| Outcome::Upgrade {
             protocol: None,

@@ -24,6 +24,9 @@
 //! - `/probe/connect?addr=A`: `connected` or `error <message>` (200 either way)
 //! - `/probe/work?n=N`: N million rounds of arithmetic (a fixed amount of CPU, no host call),
 //!   then `worked <checksum>`
+//! - `/probe/fetch?url=U[&n=N]`: N (default 1) sequential outbound `GET U` through the SDK's
+//!   `http` client; answers `status S bytes B` and the last body, or the SDK's error answer
+//!   (502, or 504 for a timeout) with the error
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -205,6 +208,21 @@ fn connect(req: &Request) -> String {
     }
 }
 
+fn fetch(req: &Request) -> Result<Response, Outcome> {
+    let url = req
+        .query_param("url")
+        .ok_or_else(|| Response::bad_request("missing query parameter `url`").into_outcome())?;
+    let n: u32 = query(req, "n", Some(1)).map_err(IntoOutcome::into_outcome)?;
+    let mut last = None;
+    for _ in 0..n {
+        last = Some(http::get(&url).map_err(IntoOutcome::into_outcome)?);
+    }
+    let last = last.ok_or_else(|| Response::bad_request("n must be at least 1").into_outcome())?;
+    let mut body = format!("status {} bytes {}\n", last.status, last.body.len()).into_bytes();
+    body.extend_from_slice(&last.body);
+    Ok(Response::bytes("text/plain", body))
+}
+
 fn router() -> Router {
     // Every handler counts the request, so `ok <n>` tells a fresh instance apart.
     fn counted<O: IntoOutcome>(
@@ -235,6 +253,7 @@ fn router() -> Router {
         .get("/write", counted(write))
         .get("/connect", counted(connect))
         .get("/work", counted(work))
+        .get("/fetch", counted(fetch))
 }
 
 ankh_guest::export_plugin!(router);
