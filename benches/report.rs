@@ -74,6 +74,14 @@ fn main() {
         )
         .unwrap(),
     }
+    match std::fs::read_to_string(root.join("target/bench-results/wasi_http.json")) {
+        Ok(text) => wasi_http_section(&serde_json::from_str(&text).unwrap(), &mut md),
+        Err(_) => writeln!(
+            md,
+            "_No wasi:http results: run `cargo bench -p benches --bench wasi_http`._\n"
+        )
+        .unwrap(),
+    }
     micro_section(&root.join("target/criterion"), &out, &mut md);
 
     let path = out.join("README.md");
@@ -165,6 +173,34 @@ fn waits_section(doc: &Value, md: &mut String) {
             f(&row["cpu_us_per_request"]),
         )
         .unwrap();
+    }
+    writeln!(md).unwrap();
+}
+
+fn wasi_http_section(doc: &Value, md: &mut String) {
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    writeln!(md, "## wasi:http components and outbound calls\n").unwrap();
+    writeln!(
+        md,
+        "Machine: {}. wrk, 64 connections, median of {} alternating rounds of {} s.\n",
+        doc["machine"].as_str().unwrap_or("?"),
+        doc["rounds"],
+        doc["round_seconds"],
+    )
+    .unwrap();
+    writeln!(md, "| server | req/s | p50 | p99 |\n|---|---|---|---|").unwrap();
+    for section in ["hello", "outbound"] {
+        for row in doc[section].as_array().into_iter().flatten() {
+            writeln!(
+                md,
+                "| {} | {:.0} | {:.2} ms | {:.2} ms |",
+                row["name"].as_str().unwrap_or("?"),
+                f(&row["rps"]),
+                f(&row["p50_ms"]),
+                f(&row["p99_ms"]),
+            )
+            .unwrap();
+        }
     }
     writeln!(md).unwrap();
 }

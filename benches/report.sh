@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark report in one command: builds the release host, runs the micro benchmarks
 # (criterion), the HTTP load comparison (wrk against ankh and hyper) and the key-value store's
-# (file against memory, restarts) and suspended calls (10,000 at once), then writes target/bench-report/README.md with SVG charts
+# (file against memory, restarts), suspended calls (10,000 at once) and wasi:http (proxy
+# components against wasmtime serve, outbound calls), then writes target/bench-report/README.md with SVG charts
 # beside it. About 8 minutes once built.
 #
 #   benches/report.sh            # full rounds
@@ -14,4 +15,5 @@ cargo bench -p benches --bench micro
 cargo bench -p benches --bench load -- "$@"
 cargo bench -p benches --bench kv -- "$@"
 cargo bench -p benches --bench waits
+cargo bench -p benches --bench wasi_http -- "$@"
 cargo bench -p benches --bench report

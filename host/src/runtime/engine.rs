@@ -198,7 +198,8 @@ fn engine_config(
             })
             .total_tables(instances.saturating_mul(4))
             .total_stacks(instances)
-            .max_memory_size(config.memory_bytes);
+            .max_memory_size(config.memory_bytes)
+            .decommit_batch_size(64);
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     c

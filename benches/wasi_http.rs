@@ -1,0 +1,346 @@
+//! Standard `wasi:http/proxy` components and outbound HTTP (`cargo bench -p benches --bench
+//! wasi_http`, after `cargo build --release -p ankh`; needs `wrk`, and for the first table a
+//! wasmtime 48 binary: `$ANKH_WASMTIME`, `target/wasmtime-cli/bin/wasmtime` as
+//! `tests/components/record-fixtures.sh` installs it, or `wasmtime` on PATH).
+//!
+//! 1. **Hello world, 64 connections.** The same component (`tests/plugins/httpecho`, built
+//!    with the `wasip2` crate) under ankh at its defaults (a fresh instance per request, the
+//!    default for proxy components; access log on) and under `wasmtime serve` 48 (a fresh
+//!    instance per request on hyper), beside ankh with the component's instances reused and
+//!    ankh's own-world hello (the `bench` plugin), in alternating rounds.
+//! 2. **One outbound call per request.** The `probe` plugin's `/probe/fetch` (one `GET` of a
+//!    local service through the SDK's client) against a native hyper server whose handler makes
+//!    the same call with hyper-util's pooled client, both calling the same local hyper service.
+//!
+//! Results go to stdout and `target/bench-results/wasi_http.json`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use benches::{Run, wrk};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::json;
+
+const CONNECTIONS: usize = 64;
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// Builds test plugins (packages of tests/plugins) where the integration tests build them.
+fn build_test_plugins(packages: &[&str]) -> PathBuf {
+    let target = benches::root().join("target/wasm-plugins");
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args([
+        "build",
+        "--release",
+        "--target",
+        "wasm32-wasip2",
+        "--manifest-path",
+    ])
+    .arg(benches::root().join("tests/plugins/Cargo.toml"))
+    .arg("--target-dir")
+    .arg(&target);
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    assert!(
+        cmd.status().expect("cargo").success(),
+        "building test plugins failed"
+    );
+    target.join("wasm32-wasip2/release")
+}
+
+/// A plugins directory with `wasm` as `name.wasm` and an optional policy; served by ankh.
+fn ankh_with(wasm: &Path, name: &str, policy: Option<&str>, args: &[&str]) -> benches::Ankh {
+    let dir = std::env::temp_dir().join(format!(
+        "ankh-bench-wasi-http-{}-{name}-{}",
+        std::process::id(),
+        policy.map_or(0, str::len)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(wasm, dir.join(format!("{name}.wasm"))).unwrap();
+    if let Some(policy) = policy {
+        std::fs::write(dir.join(format!("{name}.toml")), policy).unwrap();
+    }
+    benches::serve(&dir, &benches::root().join("target/bench-cache"), args)
+}
+
+/// A wasmtime 48 binary, if there is one.
+fn wasmtime() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("ANKH_WASMTIME").map(PathBuf::from),
+        Some(benches::root().join("target/wasmtime-cli/bin/wasmtime")),
+        Some(PathBuf::from("wasmtime")),
+    ];
+    candidates.into_iter().flatten().find(|bin| {
+        Command::new(bin)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).starts_with("wasmtime 48."))
+    })
+}
+
+/// A running `wasmtime serve`, killed when dropped.
+struct WasmtimeServe {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl WasmtimeServe {
+    fn start(bin: &Path, wasm: &Path) -> WasmtimeServe {
+        let addr = free_addr();
+        let child = Command::new(bin)
+            .args(["serve", "-S", "cli", "--addr"])
+            .arg(addr.to_string())
+            .arg(wasm)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("wasmtime serve");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "wasmtime serve never listened"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        WasmtimeServe { child, addr }
+    }
+}
+
+impl Drop for WasmtimeServe {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// A hyper 1 server on a tokio runtime of its own, serving `handler` until dropped.
+struct Native {
+    addr: SocketAddr,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Native {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_timeout(Duration::from_secs(1));
+        }
+    }
+}
+
+impl Native {
+    fn start<F, Fut>(threads: usize, handler: F) -> Native
+    where
+        F: Fn(Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<Response<Full<Bytes>>, Infallible>>
+            + Send
+            + 'static,
+    {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        runtime.spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let handler = handler.clone();
+                tokio::spawn(async move {
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service_fn(handler))
+                        .await;
+                });
+            }
+        });
+        Native {
+            addr,
+            runtime: Some(runtime),
+        }
+    }
+}
+
+/// Alternating rounds of each contender; the median run of each.
+fn rounds(contenders: &[(&str, String)], rounds: usize, round: Duration) -> Vec<Run> {
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); contenders.len()];
+    for _ in 0..rounds {
+        for (i, (_, url)) in contenders.iter().enumerate() {
+            wrk(url, CONNECTIONS, Duration::from_secs(1));
+            runs[i].push(wrk(url, CONNECTIONS, round));
+        }
+    }
+    runs.into_iter()
+        .map(|r| Run {
+            rps: median(r.iter().map(|r| r.rps).collect()),
+            p50_ms: median(r.iter().map(|r| r.p50_ms).collect()),
+            p90_ms: median(r.iter().map(|r| r.p90_ms).collect()),
+            p99_ms: median(r.iter().map(|r| r.p99_ms).collect()),
+        })
+        .collect()
+}
+
+fn print(contenders: &[(&str, String)], runs: &[Run]) -> Vec<serde_json::Value> {
+    contenders
+        .iter()
+        .zip(runs)
+        .map(|((name, _), r)| {
+            println!(
+                "  {name:<58} {:>9.0} req/s  p50 {:>6.2} ms  p99 {:>6.2} ms",
+                r.rps, r.p50_ms, r.p99_ms
+            );
+            json!({"name": name, "rps": r.rps, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms})
+        })
+        .collect()
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (n_rounds, round) = if quick {
+        (1, Duration::from_secs(2))
+    } else {
+        (3, Duration::from_secs(5))
+    };
+    println!("machine: {}", benches::machine());
+    let test_plugins = build_test_plugins(&["httpecho", "probe"]);
+    let echo = test_plugins.join("httpecho.wasm");
+    let probe = test_plugins.join("probe.wasm");
+    let own = benches::build_example_plugins(Some("bench")).join("bench.wasm");
+
+    // 1. Hello world: the proxy component under ankh and under wasmtime serve.
+    let fresh = ankh_with(&echo, "httpecho", None, &[]);
+    let reused = ankh_with(
+        &echo,
+        "httpecho",
+        Some("[instances]\nmode = \"reuse\"\n"),
+        &[],
+    );
+    let own_world = benches::start_ankh(&own, "bench.wasm", &[]);
+    let serve = wasmtime().map(|bin| WasmtimeServe::start(&bin, &echo));
+    let mut contenders = vec![
+        (
+            "ankh, wasi:http/proxy hello (fresh instance per request)",
+            format!("http://{}/httpecho/", fresh.addr),
+        ),
+        (
+            "ankh, wasi:http/proxy hello, instances reused",
+            format!("http://{}/httpecho/", reused.addr),
+        ),
+        (
+            "ankh, ankh:plugin hello (the bench plugin)",
+            format!("http://{}/bench", own_world.addr),
+        ),
+    ];
+    match &serve {
+        Some(s) => contenders.push((
+            "wasmtime serve 48, the same component",
+            format!("http://{}/", s.addr),
+        )),
+        None => println!(
+            "  (no wasmtime 48 binary: set ANKH_WASMTIME or run tests/components/record-fixtures.sh; wasmtime serve is left out)"
+        ),
+    }
+    println!(
+        "hello world, {CONNECTIONS} connections, median of {n_rounds} alternating rounds of {}s:",
+        round.as_secs()
+    );
+    let runs = rounds(&contenders, n_rounds, round);
+    let hello = print(&contenders, &runs);
+    println!(
+        "  proxy / own-world hello: {:.2} (fresh), {:.2} (reused)",
+        runs[0].rps / runs[2].rps,
+        runs[1].rps / runs[2].rps
+    );
+    if serve.is_some() {
+        println!(
+            "  ankh / wasmtime serve: {:.2} (fresh), {:.2} (reused)",
+            runs[0].rps / runs[3].rps,
+            runs[1].rps / runs[3].rps
+        );
+    }
+    drop((fresh, reused, own_world, serve));
+
+    // 2. One outbound call per request.
+    let upstream = Native::start(1, |_req| async {
+        Ok(Response::new(Full::new(Bytes::from_static(
+            b"hello from upstream\n",
+        ))))
+    });
+    let origin = format!("http://{}", upstream.addr);
+    let calling = ankh_with(
+        &probe,
+        "probe",
+        Some(&format!("[capabilities]\nhttp = [\"{origin}\"]\n")),
+        &[],
+    );
+    let client: Client<HttpConnector, Empty<Bytes>> =
+        Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let target: hyper::Uri = format!("{origin}/").parse().unwrap();
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    let native = Native::start(cores, move |_req| {
+        let client = client.clone();
+        let target = target.clone();
+        async move {
+            let answer = client.get(target).await.expect("the upstream answers");
+            let body = answer.into_body().collect().await.unwrap().to_bytes();
+            Ok(Response::new(Full::new(body)))
+        }
+    });
+    let contenders = vec![
+        (
+            "ankh, probe plugin: one outbound GET per request",
+            format!("http://{}/probe/fetch?url={origin}/", calling.addr),
+        ),
+        (
+            "hyper + hyper-util pooled client, the same GET",
+            format!("http://{}/", native.addr),
+        ),
+    ];
+    println!("one outbound call per request, {CONNECTIONS} connections:");
+    let runs = rounds(&contenders, n_rounds, round);
+    let outbound = print(&contenders, &runs);
+    println!("  ankh / native: {:.2}", runs[0].rps / runs[1].rps);
+
+    let out = benches::root().join("target/bench-results");
+    std::fs::create_dir_all(&out).unwrap();
+    let doc = json!({
+        "machine": benches::machine(),
+        "round_seconds": round.as_secs(),
+        "rounds": n_rounds,
+        "hello": hello,
+        "outbound": outbound,
+    });
+    std::fs::write(
+        out.join("wasi_http.json"),
+        serde_json::to_string_pretty(&doc).unwrap(),
+    )
+    .unwrap();
+    println!("wrote {}", out.join("wasi_http.json").display());
+}
