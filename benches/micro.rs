@@ -185,6 +185,7 @@ fn plugin(c: &mut Criterion) {
     let link = WsLink {
         hub: hub.clone(),
         out: Arc::new(ankh::pool::reply::Replies::new(vec![reply.clone()])),
+        cluster: None,
     };
     let pooled = runtime(true);
     let on_demand = runtime(false);

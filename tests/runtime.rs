@@ -105,6 +105,7 @@ fn instance(runtime: &Runtime, name: &str, wasm: &str) -> Instance {
     let link = WsLink {
         hub: Arc::new(Hub::default()),
         out: Arc::new(NoSockets),
+        cluster: None,
     };
     block_on(Instance::new(&plugin, link))
         .map_err(|f| f.error)

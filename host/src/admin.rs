@@ -27,6 +27,10 @@ const ADMIN_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the admin endpoints look at.
 pub(crate) struct AdminState {
+    /// The key-value store, whose trouble makes the server not ready.
+    pub store: crate::kv::Store,
+    /// The other processes, whose unreachability makes the server not ready.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
     pub metrics: Arc<Metrics>,
     pub hub: Arc<Hub>,
     pub registry: Arc<Registry>,
@@ -98,17 +102,25 @@ fn serve(mut stream: TcpStream, state: &AdminState) -> std::io::Result<()> {
                     "text/plain",
                     "not ready: no plugin is mounted\n".to_owned(),
                 )
+            } else if let Some(why) = state
+                .store
+                .trouble()
+                .or_else(|| state.cluster.as_ref().and_then(|c| c.trouble()))
+            {
+                (503, "text/plain", format!("not ready: {why}\n"))
             } else {
                 (200, "text/plain", "ready\n".to_owned())
             }
         }
-        ("GET" | "HEAD", "/metrics") => (
-            200,
-            "text/plain; version=0.0.4",
-            state
+        ("GET" | "HEAD", "/metrics") => (200, "text/plain; version=0.0.4", {
+            let mut text = state
                 .metrics
-                .render(state.hub.open_count(), (state.queue_depth)()),
-        ),
+                .render(state.hub.open_count(), (state.queue_depth)());
+            if let Some(cluster) = &state.cluster {
+                cluster.render_metrics(&mut text);
+            }
+            text
+        }),
         ("GET" | "HEAD", _) => (404, "text/plain", "not found\n".to_owned()),
         _ => (405, "text/plain", "method not allowed\n".to_owned()),
     };

@@ -33,12 +33,25 @@ pub const DEFAULT_PLUGINS_DIR: &str = "plugins";
 pub const DEFAULT_DATA_DIR: &str = "data";
 
 /// Where plugins' key-value data lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KvBackend {
     /// A crash-safe database in the data directory.
     File,
     /// In memory: lost when the server stops.
     Memory,
+    /// A Redis server (`redis://...`, `rediss://...`) that several processes share.
+    Redis(String),
+}
+
+/// Whether WebSocket topics and connections span processes, and through which Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pubsub {
+    /// Through the key-value store's Redis when `kv` is one, else not.
+    Auto,
+    /// This process alone.
+    Off,
+    /// Through this Redis server.
+    Redis(String),
 }
 
 /// Everything `ankh serve` needs to start.
@@ -50,6 +63,12 @@ pub struct ServeConfig {
     pub data_dir: PathBuf,
     /// Which key-value backend.
     pub kv: KvBackend,
+    /// Cross-process WebSockets.
+    pub pubsub: Pubsub,
+    /// Bind with `SO_REUSEPORT`, so that several processes share the port.
+    pub reuse_port: bool,
+    /// Processes `ankh serve` runs (1: this one; more: a supervisor of that many).
+    pub processes: usize,
     pub workers: usize,
     /// Event loops (I/O threads), each with its own connections.
     pub io_threads: usize,
@@ -91,6 +110,9 @@ impl Default for ServeConfig {
             plugins_dir: PathBuf::from(DEFAULT_PLUGINS_DIR),
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             kv: KvBackend::File,
+            pubsub: Pubsub::Auto,
+            reuse_port: false,
+            processes: 1,
             workers: 1,
             io_threads: 1,
             limits: Limits::default(),
@@ -277,25 +299,74 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
             long: "kv",
             short: None,
         },
-        kind: Kind::Choice(&["file", "memory"]),
-        doc: "Where plugins' key-value data lives: `file` (a crash-safe database in the data directory; a write a plugin saw succeed is on disk) or `memory` (lost when the server stops: for tests and throwaway runs)",
+        kind: Kind::Text { check: check_kv },
+        doc: "Where plugins' key-value data lives: `file` (a crash-safe database in the data directory; a write a plugin saw succeed is on disk), `memory` (lost when the server stops: for tests and throwaway runs), or `redis://[:PASSWORD@]HOST:PORT[/DB]` (`rediss://` for TLS): a Redis server that several ankh processes share",
         default: || Value::Text("file".to_owned()),
         apply: |c, v| {
-            c.kv = if v.text() == "memory" {
-                KvBackend::Memory
-            } else {
-                KvBackend::File
+            c.kv = match v.text().as_str() {
+                "memory" => KvBackend::Memory,
+                "file" => KvBackend::File,
+                url => KvBackend::Redis(url.to_owned()),
             }
         },
         read: |c| {
-            Value::Text(
-                match c.kv {
-                    KvBackend::File => "file",
-                    KvBackend::Memory => "memory",
-                }
-                .to_owned(),
-            )
+            Value::Text(match &c.kv {
+                KvBackend::File => "file".to_owned(),
+                KvBackend::Memory => "memory".to_owned(),
+                KvBackend::Redis(url) => url.clone(),
+            })
         },
+    },
+    Setting {
+        key: "pubsub",
+        flag: Flag::Value {
+            long: "pubsub",
+            short: None,
+        },
+        kind: Kind::Text {
+            check: check_pubsub,
+        },
+        doc: "WebSocket topics and connections across processes: `auto` (through the key-value store's Redis when --kv is a redis:// URL, else off), `off`, or a redis:// URL. A publish then reaches every process's subscribers, and ws::send and close reach a connection on any process",
+        default: || Value::Text("auto".to_owned()),
+        apply: |c, v| {
+            c.pubsub = match v.text().as_str() {
+                "auto" => Pubsub::Auto,
+                "off" => Pubsub::Off,
+                url => Pubsub::Redis(url.to_owned()),
+            }
+        },
+        read: |c| {
+            Value::Text(match &c.pubsub {
+                Pubsub::Auto => "auto".to_owned(),
+                Pubsub::Off => "off".to_owned(),
+                Pubsub::Redis(url) => url.clone(),
+            })
+        },
+    },
+    Setting {
+        key: "reuse_port",
+        flag: Flag::On("reuse-port"),
+        kind: Kind::Switch,
+        doc: "Bind the listener with SO_REUSEPORT, so that several ankh processes on this host share the port and the kernel spreads connections over them",
+        default: || Value::Bool(false),
+        apply: |c, v| c.reuse_port = v.bool(),
+        read: |c| Value::Bool(c.reuse_port),
+    },
+    Setting {
+        key: "processes",
+        flag: Flag::Value {
+            long: "processes",
+            short: None,
+        },
+        kind: Kind::Number {
+            unit: Unit::Count,
+            min: 1,
+            max: 64,
+        },
+        doc: "Processes to run: more than 1 makes this one a supervisor of that many `ankh serve` processes sharing the port (SO_REUSEPORT), each restarted should it die; they share state through --kv redis://, which this requires",
+        default: || Value::Number(1),
+        apply: |c, v| c.processes = usize::from_number(v.number(), Unit::Count),
+        read: |c| Value::Number(c.processes as u64),
     },
     Setting {
         key: "workers",
@@ -688,6 +759,24 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
     },
 ];
 
+/// `auto`, `off` or a Redis URL.
+fn check_pubsub(value: &str) -> Result<(), String> {
+    match value {
+        "auto" | "off" => Ok(()),
+        url if url.contains("://") => crate::kv::redis::check_url(url),
+        _ => Err("expected `auto`, `off` or a redis:// URL".to_owned()),
+    }
+}
+
+/// `file`, `memory` or a Redis URL.
+fn check_kv(value: &str) -> Result<(), String> {
+    match value {
+        "file" | "memory" => Ok(()),
+        url if url.contains("://") => crate::kv::redis::check_url(url),
+        _ => Err("expected `file`, `memory` or a redis:// URL".to_owned()),
+    }
+}
+
 /// Whether `path` is `dir` or below it, comparing absolute paths.
 fn inside(path: &Path, dir: &Path) -> bool {
     let absolute = |p: &Path| {
@@ -757,6 +846,15 @@ impl ServeConfig {
                 ),
             });
         }
+        if self.processes > 1 && !matches!(self.kv, KvBackend::Redis(_)) {
+            return Err(SettingsError::Value {
+                place: place("processes"),
+                message: format!(
+                    "{} processes need a store they can share: pass --kv redis://HOST:PORT (the file store is one process's, and memory would give each process its own data)",
+                    self.processes
+                ),
+            });
+        }
         if !self.cache {
             self.cache_dir = None;
         }
@@ -783,11 +881,20 @@ impl ServeConfig {
         Ok(())
     }
 
+    /// The Redis server that WebSocket topics and connections cross processes through, if any.
+    pub fn pubsub_url(&self) -> Option<&str> {
+        match (&self.pubsub, &self.kv) {
+            (Pubsub::Redis(url), _) | (Pubsub::Auto, KvBackend::Redis(url)) => Some(url),
+            _ => None,
+        }
+    }
+
     /// The key-value store these settings ask for.
     pub fn store(&self) -> crate::kv::StoreConfig {
-        match self.kv {
+        match &self.kv {
             KvBackend::File => crate::kv::StoreConfig::File(self.data_dir.clone()),
             KvBackend::Memory => crate::kv::StoreConfig::Memory,
+            KvBackend::Redis(url) => crate::kv::StoreConfig::Redis(url.clone()),
         }
     }
 

@@ -41,11 +41,14 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub fn new(registry: Arc<Registry>, pool: WorkerPool) -> Self {
+    /// A dispatcher whose request ids carry `node` (0 outside a cluster) in their top bits,
+    /// as connection ids do: unique across the processes of a cluster.
+    pub fn new(registry: Arc<Registry>, pool: WorkerPool, node: u32) -> Self {
+        let first = (u64::from(node) << crate::message::LOCAL_ID_BITS) | 1;
         Dispatcher {
             registry,
             pool,
-            request_ids: Arc::new(AtomicU64::new(1)),
+            request_ids: Arc::new(AtomicU64::new(first)),
         }
     }
 

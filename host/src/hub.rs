@@ -7,16 +7,24 @@
 //!   Any operation of another plugin on it answers `closed`, exactly as for a connection that
 //!   is closed: there is no way to tell the two apart;
 //! - topics are per plugin: `room:lobby` of one plugin is not `room:lobby` of another;
-//! - ids are a keyed permutation of a counter: never reused by a running host (so an id kept
-//!   after its connection closed can only ever reach nothing) and not guessable from the ids a
-//!   plugin has seen.
+//! - ids are a keyed permutation of a counter under the process's node number: never reused
+//!   by a running host (so an id kept after its connection closed can only ever reach
+//!   nothing), not guessable from the ids a plugin has seen, and unique across the processes
+//!   of a cluster (see [`crate::cluster`]), which a [`Roster`] tells of every connection.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::message::WsId;
+use crate::message::{LOCAL_ID_BITS, WsId};
+
+/// Hears of every connection opened and closed: how other processes learn where a
+/// connection lives. It must not block.
+pub trait Roster: Send + Sync + std::fmt::Debug {
+    fn opened(&self, owner: &Arc<str>, ws: WsId);
+    fn closed(&self, owner: &Arc<str>, ws: WsId);
+}
 
 /// Why a subscription was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +40,7 @@ pub enum SubscribeError {
 pub struct Hub {
     ids: IdSource,
     inner: Mutex<Inner>,
+    roster: Option<Arc<dyn Roster>>,
 }
 
 #[derive(Debug, Default)]
@@ -51,14 +60,25 @@ struct Open {
 
 impl Default for Hub {
     fn default() -> Self {
-        Hub {
-            ids: IdSource::new(),
-            inner: Mutex::default(),
-        }
+        Hub::new(0, None)
     }
 }
 
 impl Hub {
+    /// The hub of node `node` (0 outside a cluster), telling `roster` of every connection.
+    pub fn new(node: u32, roster: Option<Arc<dyn Roster>>) -> Self {
+        Hub {
+            ids: IdSource::new(node),
+            inner: Mutex::default(),
+            roster,
+        }
+    }
+
+    /// The node number in this hub's ids.
+    pub fn node(&self) -> u32 {
+        self.ids.node
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -75,6 +95,9 @@ impl Hub {
                 topics: HashSet::new(),
             },
         );
+        if let Some(roster) = &self.roster {
+            roster.opened(owner, ws);
+        }
         ws
     }
 
@@ -103,6 +126,9 @@ impl Hub {
         let Some(conn) = inner.open.remove(&ws) else {
             return;
         };
+        if let Some(roster) = &self.roster {
+            roster.closed(&conn.owner, ws);
+        }
         if let Some(topics) = inner.topics.get_mut(&conn.owner) {
             for topic in conn.topics {
                 if let Some(subs) = topics.get_mut(&topic) {
@@ -193,18 +219,26 @@ impl Hub {
     }
 }
 
-/// Connection ids: a counter run through a keyed permutation of `u64` (a four-round Feistel
-/// network whose round function is SipHash under a random per-process key). A permutation
-/// never repeats, and without the key the next id cannot be told from the last ones.
+/// Connection ids: the node number in the top bits, and below it a counter run through a
+/// keyed permutation of the remaining 40 bits (a four-round Feistel network whose round
+/// function is SipHash under a random per-process key). A permutation never repeats, and
+/// without the key the next id cannot be told from the last ones; the node number keeps two
+/// processes' ids apart without their sharing a key.
 #[derive(Debug)]
 struct IdSource {
+    node: u32,
     counter: AtomicU64,
     key: std::collections::hash_map::RandomState,
 }
 
+/// Half of the permuted bits.
+const HALF_BITS: u32 = LOCAL_ID_BITS / 2;
+const HALF_MASK: u64 = (1 << HALF_BITS) - 1;
+
 impl IdSource {
-    fn new() -> Self {
+    fn new(node: u32) -> Self {
         IdSource {
+            node,
             counter: AtomicU64::new(1),
             key: std::collections::hash_map::RandomState::new(),
         }
@@ -212,8 +246,10 @@ impl IdSource {
 
     fn next(&self) -> WsId {
         loop {
-            let n = self.counter.fetch_add(1, Ordering::Relaxed);
-            let id = self.permute(n);
+            // 2^40 ids: at a million connections a second, twelve days before the counter
+            // wraps and ids could repeat.
+            let n = self.counter.fetch_add(1, Ordering::Relaxed) & ((1 << LOCAL_ID_BITS) - 1);
+            let id = (u64::from(self.node) << LOCAL_ID_BITS) | self.permute(n);
             // 0 reads as "no connection" to too many programs.
             if id != 0 {
                 return id;
@@ -222,12 +258,12 @@ impl IdSource {
     }
 
     fn permute(&self, n: u64) -> u64 {
-        let (mut left, mut right) = ((n >> 32) as u32, n as u32);
+        let (mut left, mut right) = (n >> HALF_BITS, n & HALF_MASK);
         for round in 0u32..4 {
-            let f = self.key.hash_one((round, right)) as u32;
+            let f = self.key.hash_one((round, right)) & HALF_MASK;
             (left, right) = (right, left ^ f);
         }
-        (u64::from(left) << 32) | u64::from(right)
+        (left << HALF_BITS) | right
     }
 }
 
@@ -294,14 +330,49 @@ mod tests {
 
     #[test]
     fn ids_are_distinct_and_not_a_sequence() {
-        let ids = IdSource::new();
+        let ids = IdSource::new(0);
         let seen: Vec<u64> = (0..10_000).map(|_| ids.next()).collect();
         let distinct: HashSet<u64> = seen.iter().copied().collect();
         assert_eq!(distinct.len(), seen.len());
         let steps: HashSet<u64> = seen.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
         assert!(steps.len() > 9_000, "ids follow a pattern");
         // Another host's key gives other ids.
-        let other = IdSource::new();
+        let other = IdSource::new(0);
         assert_ne!(other.permute(1), ids.permute(1));
+    }
+
+    #[test]
+    fn ids_carry_their_node_and_two_nodes_never_share_one() {
+        let (a, b) = (IdSource::new(1), IdSource::new(2));
+        let from_a: HashSet<u64> = (0..10_000).map(|_| a.next()).collect();
+        let from_b: HashSet<u64> = (0..10_000).map(|_| b.next()).collect();
+        assert!(from_a.is_disjoint(&from_b));
+        assert!(from_a.iter().all(|id| crate::message::node_of(*id) == 1));
+        assert!(from_b.iter().all(|id| crate::message::node_of(*id) == 2));
+        let largest = IdSource::new((1 << crate::message::NODE_BITS) - 1);
+        assert_eq!(
+            crate::message::node_of(largest.next()),
+            (1 << crate::message::NODE_BITS) - 1
+        );
+    }
+
+    #[test]
+    fn the_roster_hears_of_every_open_and_close() {
+        #[derive(Debug, Default)]
+        struct Log(Mutex<Vec<(bool, WsId)>>);
+        impl Roster for Log {
+            fn opened(&self, _: &Arc<str>, ws: WsId) {
+                self.0.lock().unwrap().push((true, ws));
+            }
+            fn closed(&self, _: &Arc<str>, ws: WsId) {
+                self.0.lock().unwrap().push((false, ws));
+            }
+        }
+        let log = Arc::new(Log::default());
+        let hub = Hub::new(3, Some(log.clone()));
+        let ws = hub.open(&owner("p"), 0);
+        hub.closed(ws);
+        hub.closed(ws);
+        assert_eq!(*log.0.lock().unwrap(), vec![(true, ws), (false, ws)]);
     }
 }

@@ -29,6 +29,9 @@ pub mod message;
 // Plugins' key-value data: durable by default.
 pub mod kv;
 
+// Many processes as one application: WebSocket topics and connections through Redis.
+pub mod cluster;
+
 // The wasm side.
 pub mod runtime;
 

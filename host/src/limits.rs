@@ -155,6 +155,30 @@ pub const KV_REOPEN_INTERVAL: Duration = Duration::from_secs(1);
 /// the oldest is forgotten first).
 pub const KV_WASI_CURSORS: usize = 64;
 
+/// The Redis key-value backend: connections to Redis per process (each multiplexes every
+/// call in flight).
+pub const KV_REDIS_CONNECTIONS: usize = 4;
+
+/// The Redis key-value backend: how long a connection attempt, and the answer to a call, may
+/// take before the call answers `unavailable`.
+pub const KV_REDIS_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The Redis key-value backend: how often Redis is pinged, so `/readyz` follows its state.
+pub const KV_REDIS_PING_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Cross-process WebSockets (`--pubsub`): how long a process's node stays alive in Redis
+/// after its last refresh (every [`KV_REDIS_PING_INTERVAL`]). A connection of a process gone
+/// this long answers `closed` to a sender on another process.
+pub const CLUSTER_NODE_TTL: Duration = Duration::from_secs(5);
+
+/// Cross-process WebSockets: opened and closed connections waiting to be written to Redis's
+/// roster. Beyond this, a connection is not reachable from other processes (and a warning
+/// says so).
+pub const CLUSTER_ROSTER_QUEUE: usize = 65_536;
+
+/// Cross-process WebSockets: roster entries written in one pipelined round trip.
+pub const CLUSTER_ROSTER_BATCH: usize = 1024;
+
 /// Outbound HTTP (`wasi:http/outgoing-handler`): how long a connection may take to open (the
 /// name lookup included). wasi-http's own default is 600 s.
 pub const OUTBOUND_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

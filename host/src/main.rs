@@ -23,6 +23,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 static LOG: OnceLock<LogWriter> = OnceLock::new();
 
 fn main() -> ExitCode {
+    #[cfg(target_os = "linux")]
+    cmd::processes::follow_supervisor();
     let cli = Cli::parse();
     let result = run(cli);
     if let Some(log) = LOG.get() {
@@ -99,6 +101,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             init_logging(&config.log);
             if let Some(file) = &config.source {
                 tracing::info!(file = %file.display(), "configuration read");
+            }
+            if config.processes > 1 {
+                #[cfg(target_os = "linux")]
+                return cmd::processes::supervise(&config, std::env::args().skip(1).collect());
+                #[cfg(not(target_os = "linux"))]
+                anyhow::bail!(
+                    "--processes is only supported on Linux; run the processes with --reuse-port yourself"
+                );
             }
             let server = Server::bind(&config)?;
             let mounted = server.registry.snapshot().len();

@@ -17,8 +17,22 @@ pub struct ConnId {
     pub serial: u64,
 }
 
-/// Identifies a WebSocket connection for plugins. Never reused by a running host.
+/// Identifies a WebSocket connection for plugins. Never reused by a running host, and unique
+/// across the processes of a cluster: its top [`NODE_BITS`] bits are the process's node
+/// number (0 outside a cluster), the rest a keyed permutation of a counter.
 pub type WsId = u64;
+
+/// How many top bits of a connection or request id name the process (`--pubsub`): 24, which
+/// leaves 2^40 ids per process.
+pub const NODE_BITS: u32 = 24;
+
+/// The bits below the node number.
+pub const LOCAL_ID_BITS: u32 = 64 - NODE_BITS;
+
+/// The node number in an id.
+pub fn node_of(id: u64) -> u32 {
+    (id >> LOCAL_ID_BITS) as u32
+}
 
 /// A message a plugin sends. Its payload is reference-counted: a publish to many connections
 /// holds one copy, not one per subscriber.

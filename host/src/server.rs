@@ -55,7 +55,7 @@ impl Server {
                 dir.display()
             );
         }
-        let std_listener = listen(config.listen).map_err(|e| {
+        let std_listener = listen(config.listen, config.reuse_port).map_err(|e| {
             let why = match e.kind() {
                 std::io::ErrorKind::AddrInUse => "the address is already in use".to_owned(),
                 std::io::ErrorKind::AddrNotAvailable => {
@@ -126,17 +126,29 @@ impl Server {
             })
             .unzip();
         let replies = Replies::new(reply_txs);
-        let hub = Arc::new(Hub::default());
+        // With --pubsub, a node number from Redis first: every id carries it.
+        let cluster = config
+            .pubsub_url()
+            .map(crate::cluster::Cluster::join)
+            .transpose()?;
+        let hub = Arc::new(match &cluster {
+            Some(cluster) => Hub::new(cluster.node(), Some(cluster.roster())),
+            None => Hub::default(),
+        });
+        if let Some(cluster) = &cluster {
+            cluster.deliver_to(hub.clone(), Arc::new(replies.clone()));
+        }
         let pool = WorkerPool::new(
             config.workers,
             config.limits.queue_depth,
             config.limits.max_calls,
             replies.clone(),
             hub.clone(),
+            cluster.clone(),
             runtime.metrics.clone(),
         )
         .context("cannot start worker threads")?;
-        let dispatcher = Dispatcher::new(registry.clone(), pool);
+        let dispatcher = Dispatcher::new(registry.clone(), pool, hub.node());
         let depth = dispatcher.depth_probe();
         let (loops, stop) = shards::build(
             seats,
@@ -154,6 +166,8 @@ impl Server {
             Some(addr) => Some(crate::admin::start(
                 addr,
                 crate::admin::AdminState {
+                    store: runtime.config.store.clone(),
+                    cluster: cluster.clone(),
                     metrics: runtime.metrics.clone(),
                     hub,
                     registry: registry.clone(),
@@ -193,18 +207,23 @@ impl Server {
 /// A listening socket on `addr` with a backlog of [`LISTEN_BACKLOG`](crate::limits::LISTEN_BACKLOG)
 /// (std's `TcpListener::bind` asks for 128: a burst of a few thousand connections then loses
 /// SYNs, and their clients wait a second or more to retransmit).
-fn listen(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+/// With `reuse_port`, `SO_REUSEPORT`: several processes bind the same port and the kernel
+/// spreads new connections over them.
+fn listen(addr: SocketAddr, reuse_port: bool) -> std::io::Result<std::net::TcpListener> {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     // As std does on Unix: a restarted server rebinds while old connections linger.
     socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
     socket.bind(&addr.into())?;
     socket.listen(crate::limits::LISTEN_BACKLOG)?;
     Ok(socket.into())
 }
 
 /// Writes `addr` to `path` atomically: a reader sees no file or the whole address.
-fn write_ready_file(path: &std::path::Path, addr: SocketAddr) -> std::io::Result<()> {
+pub fn write_ready_file(path: &std::path::Path, addr: SocketAddr) -> std::io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     std::fs::write(&tmp, format!("{addr}\n"))?;

@@ -176,6 +176,8 @@ pub enum Flag {
     },
     /// `--long` turns a switch that is on by default off.
     Off(&'static str),
+    /// `--long` turns a switch that is off by default on.
+    On(&'static str),
     /// `--long [VALUE]`: without a value, `missing`.
     OptionalValue {
         long: &'static str,
@@ -209,9 +211,10 @@ impl<C> Setting<C> {
     /// The flag's long name, if it has one.
     pub fn long(&self) -> Option<&'static str> {
         match self.flag {
-            Flag::Value { long, .. } | Flag::Off(long) | Flag::OptionalValue { long, .. } => {
-                Some(long)
-            }
+            Flag::Value { long, .. }
+            | Flag::Off(long)
+            | Flag::On(long)
+            | Flag::OptionalValue { long, .. } => Some(long),
             Flag::None => None,
         }
     }
@@ -221,7 +224,7 @@ impl<C> Setting<C> {
         let mut help = self.doc.to_owned();
         let default = (self.default)();
         match (&self.flag, &default) {
-            (Flag::Off(_), _) => {}
+            (Flag::Off(_) | Flag::On(_), _) => {}
             (_, Value::Unset) => {}
             (_, default) => {
                 let _ = write!(help, " [default: {}]", default.display());
@@ -583,7 +586,7 @@ impl Flags {
                         }
                         arg
                     }
-                    Flag::Off(long) => clap::Arg::new(long)
+                    Flag::Off(long) | Flag::On(long) => clap::Arg::new(long)
                         .long(long)
                         .action(clap::ArgAction::SetTrue),
                     Flag::OptionalValue { long, missing } => clap::Arg::new(long)
@@ -612,6 +615,11 @@ impl Flags {
                 Flag::Off(long) => {
                     if matches.get_flag(long) {
                         given.push((long, "false".to_owned()));
+                    }
+                }
+                Flag::On(long) => {
+                    if matches.get_flag(long) {
+                        given.push((long, "true".to_owned()));
                     }
                 }
             }

@@ -352,7 +352,10 @@ fn the_readme_shows_the_real_defaults_and_every_flag() {
     for setting in SETTINGS {
         let long = match setting.flag {
             Flag::None => continue,
-            Flag::Value { long, .. } | Flag::Off(long) | Flag::OptionalValue { long, .. } => long,
+            Flag::Value { long, .. }
+            | Flag::Off(long)
+            | Flag::On(long)
+            | Flag::OptionalValue { long, .. } => long,
         };
         assert!(
             synopsis.contains(&format!("[--{long}")),

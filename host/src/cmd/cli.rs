@@ -21,6 +21,9 @@ pub(crate) struct Cli {
 #[allow(clippy::large_enum_variant)] // parsed once
 pub(crate) enum Command {
     /// Serve every NAME.wasm in the plugins directory at /NAME.
+    // A flag given twice takes its last value: `--processes` starts each process with this
+    // command line and its own `--listen`, `--ready-file`, `--admin` appended.
+    #[command(args_override_self = true)]
     Serve(ServeArgs),
     /// Build every plugin crate in a directory to NAME.wasm (wasm32-wasip2, release).
     Build(BuildArgs),

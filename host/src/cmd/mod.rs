@@ -7,3 +7,5 @@ pub(crate) mod cli;
 pub(crate) mod dev;
 pub(crate) mod log_writer;
 pub(crate) mod new;
+#[cfg(target_os = "linux")]
+pub(crate) mod processes;

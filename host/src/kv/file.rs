@@ -273,14 +273,9 @@ fn optional<T>(result: Result<T, TableError>) -> Result<Option<T>, redb::Error> 
 }
 
 impl Backend for File {
-    fn get_many(
-        &self,
-        ns: &str,
-        keys: &[String],
-        now: Millis,
-    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+    fn get_many(&self, ns: &str, keys: &[String], now: Millis) -> Pending<Vec<Option<Vec<u8>>>> {
         let name = table_name(ns);
-        self.read(|txn| {
+        Pending::ready(self.read(|txn| {
             let Some(table) = optional(txn.open_table(TableDefinition::<&str, &[u8]>::new(&name)))?
             else {
                 return Ok(vec![None; keys.len()]);
@@ -294,12 +289,12 @@ impl Backend for File {
                         .map(|e| e.value))
                 })
                 .collect()
-        })
+        }))
     }
 
-    fn exists(&self, ns: &str, key: &str, now: Millis) -> Result<bool, KvError> {
+    fn exists(&self, ns: &str, key: &str, now: Millis) -> Pending<bool> {
         let name = table_name(ns);
-        self.read(|txn| {
+        Pending::ready(self.read(|txn| {
             let Some(table) = optional(txn.open_table(TableDefinition::<&str, &[u8]>::new(&name)))?
             else {
                 return Ok(false);
@@ -308,7 +303,7 @@ impl Backend for File {
             Ok(entry
                 .and_then(|v| Entry::decode_expiry(v.value()))
                 .is_some_and(|expires| expires.is_none_or(|at| at > now)))
-        })
+        }))
     }
 
     fn list(
@@ -318,9 +313,9 @@ impl Backend for File {
         after: Option<&str>,
         limit: usize,
         now: Millis,
-    ) -> Result<Vec<String>, KvError> {
+    ) -> Pending<Vec<String>> {
         let name = table_name(ns);
-        self.read(|txn| {
+        Pending::ready(self.read(|txn| {
             let Some(table) = optional(txn.open_table(TableDefinition::<&str, &[u8]>::new(&name)))?
             else {
                 return Ok(Vec::new());
@@ -343,7 +338,7 @@ impl Backend for File {
                 }
             }
             Ok(keys)
-        })
+        }))
     }
 
     fn write(&self, ns: &str, write: Write, bounds: &Bounds, now: Millis) -> Pending<Written> {

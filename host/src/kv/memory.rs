@@ -71,19 +71,13 @@ impl Memory {
     }
 }
 
-impl Backend for Memory {
-    fn get_many(
-        &self,
-        ns: &str,
-        keys: &[String],
-        now: Millis,
-    ) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+impl Memory {
+    fn read_many(&self, ns: &str, keys: &[String], now: Millis) -> Vec<Option<Vec<u8>>> {
         let Some(space) = self.find(ns) else {
-            return Ok(vec![None; keys.len()]);
+            return vec![None; keys.len()];
         };
         let space = lock(&space);
-        Ok(keys
-            .iter()
+        keys.iter()
             .map(|k| {
                 space
                     .map
@@ -91,13 +85,45 @@ impl Backend for Memory {
                     .filter(|e| e.live(now))
                     .map(|e| e.value.clone())
             })
-            .collect())
+            .collect()
     }
 
-    fn exists(&self, ns: &str, key: &str, now: Millis) -> Result<bool, KvError> {
-        Ok(self
+    fn read_list(
+        &self,
+        ns: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+        now: Millis,
+    ) -> Vec<String> {
+        let Some(space) = self.find(ns) else {
+            return Vec::new();
+        };
+        let space = lock(&space);
+        let start = match after {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Included(prefix),
+        };
+        space
+            .map
+            .range::<str, _>((start, Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .filter(|(_, e)| e.live(now))
+            .take(limit)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+}
+
+impl Backend for Memory {
+    fn get_many(&self, ns: &str, keys: &[String], now: Millis) -> Pending<Vec<Option<Vec<u8>>>> {
+        Pending::ready(Ok(self.read_many(ns, keys, now)))
+    }
+
+    fn exists(&self, ns: &str, key: &str, now: Millis) -> Pending<bool> {
+        Pending::ready(Ok(self
             .find(ns)
-            .is_some_and(|s| lock(&s).map.get(key).is_some_and(|e| e.live(now))))
+            .is_some_and(|s| lock(&s).map.get(key).is_some_and(|e| e.live(now)))))
     }
 
     fn list(
@@ -107,23 +133,8 @@ impl Backend for Memory {
         after: Option<&str>,
         limit: usize,
         now: Millis,
-    ) -> Result<Vec<String>, KvError> {
-        let Some(space) = self.find(ns) else {
-            return Ok(Vec::new());
-        };
-        let space = lock(&space);
-        let start = match after {
-            Some(after) => Bound::Excluded(after),
-            None => Bound::Included(prefix),
-        };
-        Ok(space
-            .map
-            .range::<str, _>((start, Bound::Unbounded))
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .filter(|(_, e)| e.live(now))
-            .take(limit)
-            .map(|(k, _)| k.clone())
-            .collect())
+    ) -> Pending<Vec<String>> {
+        Pending::ready(Ok(self.read_list(ns, prefix, after, limit, now)))
     }
 
     fn write(&self, ns: &str, write: Write, bounds: &Bounds, now: Millis) -> Pending<Written> {

@@ -5,8 +5,8 @@
 //! - [`Backend`]: where namespaces live. [`file`](mod@file) is the default: a crash-safe redb database in
 //!   the data directory, written by one thread that commits concurrent writes together
 //!   (group commit: one transaction and one fsync for all of them). [`memory`] keeps
-//!   everything in memory, for tests and throwaway runs. A later backend (Redis) implements
-//!   the same trait.
+//!   everything in memory, for tests and throwaway runs. [`redis`](mod@redis) keeps
+//!   namespaces in a Redis server that several ankh processes share.
 //! - [`rules`]: what each write does (quotas, expiry, compare-and-swap, increment), written once
 //!   over a small transaction trait that both backends implement.
 //! - [`Namespace`]: one plugin's handle, which checks sizes and batch bounds before a call
@@ -19,6 +19,7 @@
 pub mod file;
 mod handoff;
 pub mod memory;
+pub mod redis;
 pub mod rules;
 
 use std::sync::Arc;
@@ -141,15 +142,11 @@ pub struct Stats {
 /// Where namespaces live. Every method is atomic; a write that returned `Ok` is as durable as
 /// the backend promises (on disk, for [`file`](mod@file)).
 pub trait Backend: Send + Sync + std::fmt::Debug {
-    /// The live values at `keys`, in order, read at one instant.
-    fn get_many(
-        &self,
-        ns: &str,
-        keys: &[String],
-        now: Millis,
-    ) -> Result<Vec<Option<Vec<u8>>>, KvError>;
+    /// The live values at `keys`, in order, read at one instant. Reads answer at once from
+    /// a local store, and later from a remote one: awaiting them holds no thread.
+    fn get_many(&self, ns: &str, keys: &[String], now: Millis) -> Pending<Vec<Option<Vec<u8>>>>;
     /// Whether `key` holds a live value.
-    fn exists(&self, ns: &str, key: &str, now: Millis) -> Result<bool, KvError>;
+    fn exists(&self, ns: &str, key: &str, now: Millis) -> Pending<bool>;
     /// Up to `limit` live keys starting with `prefix`, after `after` if given, in order.
     fn list(
         &self,
@@ -158,7 +155,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         after: Option<&str>,
         limit: usize,
         now: Millis,
-    ) -> Result<Vec<String>, KvError>;
+    ) -> Pending<Vec<String>>;
     /// Applies `write` to `ns` within `bounds`, atomically. The outcome may come later (once
     /// the write is durable): awaiting it holds no thread.
     fn write(&self, ns: &str, write: Write, bounds: &Bounds, now: Millis) -> Pending<Written>;
@@ -168,6 +165,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn sweep(&self, now: Millis, max: usize) -> Result<usize, KvError>;
     /// Its counters.
     fn stats(&self) -> &Arc<Stats>;
+    /// Why the store cannot serve now, if it cannot (for `/readyz`).
+    fn trouble(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The outcome of a write: known at once (the memory backend, a write refused before it was
@@ -180,6 +181,8 @@ pub struct Pending<T>(PendingState<T>);
 enum PendingState<T> {
     Ready(Option<Result<T, KvError>>),
     Answer(handoff::Waiting<Result<T, KvError>>),
+    /// Running as a task of a backend's own runtime (the Redis backend's).
+    Task(tokio::task::JoinHandle<Result<T, KvError>>),
 }
 
 /// A writer thread that stopped before answering.
@@ -196,15 +199,30 @@ impl<T> Pending<T> {
         Pending(PendingState::Answer(waiting))
     }
 
+    fn task(task: tokio::task::JoinHandle<Result<T, KvError>>) -> Self {
+        Pending(PendingState::Task(task))
+    }
+
     /// Blocks this thread until the outcome is known.
-    pub fn wait(self) -> Result<T, KvError> {
+    pub fn wait(self) -> Result<T, KvError>
+    where
+        T: Send + 'static,
+    {
         match self.0 {
             PendingState::Ready(result) => result.unwrap_or_else(|| Err(writer_stopped())),
             PendingState::Answer(waiting) => {
                 waiting.wait().unwrap_or_else(|| Err(writer_stopped()))
             }
+            PendingState::Task(task) => handoff::block_on(task).unwrap_or_else(task_failed),
         }
     }
+}
+
+/// A backend task that panicked or was cancelled.
+fn task_failed<T>(e: tokio::task::JoinError) -> Result<T, KvError> {
+    Err(KvError::Unavailable(format!(
+        "the store's task failed: {e}"
+    )))
 }
 
 impl<T: Unpin> std::future::Future for Pending<T> {
@@ -223,6 +241,9 @@ impl<T: Unpin> std::future::Future for Pending<T> {
             PendingState::Answer(waiting) => std::pin::Pin::new(waiting)
                 .poll(cx)
                 .map(|answer| answer.unwrap_or_else(|| Err(writer_stopped()))),
+            PendingState::Task(task) => std::pin::Pin::new(task)
+                .poll(cx)
+                .map(|done| done.unwrap_or_else(task_failed)),
         }
     }
 }
@@ -233,6 +254,17 @@ pub enum StoreConfig {
     Memory,
     /// The database file `kv.redb` in this directory.
     File(std::path::PathBuf),
+    /// A Redis server (`redis://...` or `rediss://...`) that several processes share.
+    Redis(String),
+}
+
+/// Why a store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    File(#[from] file::OpenError),
+    #[error(transparent)]
+    Redis(#[from] redis::OpenError),
 }
 
 /// The store: a backend, and the thread that reclaims expired keys.
@@ -246,10 +278,11 @@ impl Store {
     /// Opens the store `config` names. A file store that cannot be opened (its directory
     /// cannot be created, another process holds it, it is corrupt) is an error, never an
     /// empty store.
-    pub fn open(config: &StoreConfig) -> Result<Store, file::OpenError> {
+    pub fn open(config: &StoreConfig) -> Result<Store, OpenError> {
         let backend: Arc<dyn Backend> = match config {
             StoreConfig::Memory => Arc::new(memory::Memory::default()),
             StoreConfig::File(dir) => Arc::new(file::File::open(dir)?),
+            StoreConfig::Redis(url) => Arc::new(redis::Redis::open(url)?),
         };
         Ok(Store::with_backend(backend))
     }
@@ -279,6 +312,11 @@ impl Store {
     /// What the store did so far.
     pub fn stats(&self) -> Arc<Stats> {
         self.backend.stats().clone()
+    }
+
+    /// Why the store cannot serve now, if it cannot (for `/readyz`).
+    pub fn trouble(&self) -> Option<String> {
+        self.backend.trouble()
     }
 
     /// Reclaims what expired by `now` at once, rather than on the sweeper's next pass.
@@ -399,18 +437,17 @@ impl Namespace {
         Ok(())
     }
 
-    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         self.check_key(key)?;
-        let mut values = self
-            .backend
-            .get_many(&self.name, &[key.to_owned()], now())?;
+        let read = self.backend.get_many(&self.name, &[key.to_owned()], now());
+        let mut values = self.counted(read.await)?;
         Ok(values.pop().flatten())
     }
 
     /// The values at `keys`; their total size is bounded like a batch write's.
-    pub fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+    pub async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
         self.check_batch(keys.iter().map(|k| (k.as_str(), 0)))?;
-        let values = self.counted(self.backend.get_many(&self.name, keys, now()))?;
+        let values = self.counted(self.backend.get_many(&self.name, keys, now()).await)?;
         let bytes: usize = values.iter().flatten().map(Vec::len).sum();
         if bytes > self.bounds.batch_bytes {
             return Err(KvError::TooLarge);
@@ -418,9 +455,9 @@ impl Namespace {
         Ok(values)
     }
 
-    pub fn exists(&self, key: &str) -> Result<bool, KvError> {
+    pub async fn exists(&self, key: &str) -> Result<bool, KvError> {
         self.check_key(key)?;
-        self.counted(self.backend.exists(&self.name, key, now()))
+        self.counted(self.backend.exists(&self.name, key, now()).await)
     }
 
     /// Applies a write and awaits its outcome (holding no thread while the file backend
@@ -507,7 +544,7 @@ impl Namespace {
 
     /// One page of keys starting with `prefix`, after `cursor`; the page's last key is the
     /// cursor of the next one when more may follow.
-    pub fn list_page(
+    pub async fn list_page(
         &self,
         prefix: &str,
         cursor: Option<&str>,
@@ -527,11 +564,10 @@ impl Namespace {
         }
         let limit = limit.min(self.bounds.page_keys);
         // One more than asked, to know whether a next page exists.
-        let mut keys =
-            self.counted(
-                self.backend
-                    .list(&self.name, prefix, cursor, limit + 1, now()),
-            )?;
+        let listed = self
+            .backend
+            .list(&self.name, prefix, cursor, limit + 1, now());
+        let mut keys = self.counted(listed.await)?;
         let more = keys.len() > limit;
         keys.truncate(limit);
         let next = if more { keys.last().cloned() } else { None };
@@ -540,11 +576,13 @@ impl Namespace {
 
     /// Every key starting with `prefix` (0.1.0's unpaged listing; at most the namespace's
     /// key limit).
-    pub fn list_all(&self, prefix: &str) -> Result<Vec<String>, KvError> {
+    pub async fn list_all(&self, prefix: &str) -> Result<Vec<String>, KvError> {
         let mut all = Vec::new();
         let mut cursor = None;
         loop {
-            let (keys, next) = self.list_page(prefix, cursor.as_deref(), self.bounds.page_keys)?;
+            let (keys, next) = self
+                .list_page(prefix, cursor.as_deref(), self.bounds.page_keys)
+                .await?;
             all.extend(keys);
             match next {
                 Some(next) => cursor = Some(next),

@@ -2,6 +2,7 @@
 //! what was acknowledged survives a reopen, one process at a time, a corrupt file refused.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use super::file::{File, OpenError};
 use super::memory::Memory;
@@ -39,11 +40,84 @@ fn set(key: &str, value: &str, expires: Option<Millis>) -> Write {
     }
 }
 
-/// Runs `check` on a memory backend and on a file backend.
+/// A `redis-server` of its own on a free loopback port, in a directory of its own, killed
+/// when dropped.
+pub(crate) struct RedisServer {
+    child: std::process::Child,
+    pub url: String,
+    _dir: TempDir,
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts a `redis-server` (Debian's package `redis-server`); `None`, with a message, when
+/// there is none, except under CI (`CI` set), where that fails the test.
+pub(crate) fn redis_server(tag: &str) -> Option<RedisServer> {
+    if std::process::Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "redis-server is missing under CI (apt-get install redis-server)"
+        );
+        eprintln!("skipping the Redis backend: no redis-server (apt-get install redis-server)");
+        return None;
+    }
+    let dir = TempDir::new(&format!("redis-{tag}"));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = std::process::Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(&dir.0)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    // Ready once it answers.
+    let started = std::time::Instant::now();
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            use std::io::{Read, Write};
+            let mut pong = [0u8; 7];
+            if s.write_all(b"PING\r\n").is_ok()
+                && s.read_exact(&mut pong).is_ok()
+                && &pong == b"+PONG\r\n"
+            {
+                break;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "redis-server never answered"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Some(RedisServer {
+        child,
+        url: format!("redis://127.0.0.1:{port}/0"),
+        _dir: dir,
+    })
+}
+
+/// Runs `check` on a memory backend, a file backend and a Redis backend (each fresh).
 fn on_both(tag: &str, check: impl Fn(&dyn Backend)) {
     check(&Memory::default());
     let dir = TempDir::new(tag);
     check(&File::open(&dir.0).unwrap());
+    if let Some(server) = redis_server(tag) {
+        check(&super::redis::Redis::open(&server.url).unwrap());
+    }
 }
 
 #[test]
@@ -53,10 +127,10 @@ fn namespaces_are_separate() {
             .wait()
             .unwrap();
         assert_eq!(
-            b.get_many("a", &["k".into()], 0).unwrap(),
+            b.get_many("a", &["k".into()], 0).wait().unwrap(),
             [Some(b"1".to_vec())]
         );
-        assert_eq!(b.get_many("b", &["k".into()], 0).unwrap(), [None]);
+        assert_eq!(b.get_many("b", &["k".into()], 0).wait().unwrap(), [None]);
         assert_eq!(b.usage("a").unwrap(), Usage { keys: 1, bytes: 2 });
         assert_eq!(b.usage("b").unwrap(), Usage::default());
     });
@@ -74,10 +148,16 @@ fn expiry_hides_at_once_and_the_sweep_reclaims() {
         b.write("p", set("never", "z", None), &bounds(), 0)
             .wait()
             .unwrap();
-        assert!(b.exists("p", "short", 99).unwrap());
-        assert!(!b.exists("p", "short", 100).unwrap());
-        assert_eq!(b.get_many("p", &["short".into()], 100).unwrap(), [None]);
-        assert_eq!(b.list("p", "", None, 10, 100).unwrap(), ["long", "never"]);
+        assert!(b.exists("p", "short", 99).wait().unwrap());
+        assert!(!b.exists("p", "short", 100).wait().unwrap());
+        assert_eq!(
+            b.get_many("p", &["short".into()], 100).wait().unwrap(),
+            [None]
+        );
+        assert_eq!(
+            b.list("p", "", None, 10, 100).wait().unwrap(),
+            ["long", "never"]
+        );
         // Hidden but still counted, until the sweep.
         assert_eq!(b.usage("p").unwrap().keys, 3);
         assert_eq!(b.sweep(100, usize::MAX).unwrap(), 1);
@@ -87,7 +167,10 @@ fn expiry_hides_at_once_and_the_sweep_reclaims() {
             .wait()
             .unwrap();
         assert_eq!(b.sweep(5000, usize::MAX).unwrap(), 0);
-        assert_eq!(b.list("p", "", None, 10, 5000).unwrap(), ["long", "never"]);
+        assert_eq!(
+            b.list("p", "", None, 10, 5000).wait().unwrap(),
+            ["long", "never"]
+        );
     });
 }
 
@@ -99,10 +182,16 @@ fn listing_pages_by_prefix_after_a_cursor() {
                 .wait()
                 .unwrap();
         }
-        assert_eq!(b.list("p", "a/", None, 2, 0).unwrap(), ["a/1", "a/2"]);
-        assert_eq!(b.list("p", "a/", Some("a/2"), 2, 0).unwrap(), ["a/3"]);
-        assert_eq!(b.list("p", "", Some("ab"), 10, 0).unwrap(), ["b/1"]);
-        assert!(b.list("q", "", None, 10, 0).unwrap().is_empty());
+        assert_eq!(
+            b.list("p", "a/", None, 2, 0).wait().unwrap(),
+            ["a/1", "a/2"]
+        );
+        assert_eq!(
+            b.list("p", "a/", Some("a/2"), 2, 0).wait().unwrap(),
+            ["a/3"]
+        );
+        assert_eq!(b.list("p", "", Some("ab"), 10, 0).wait().unwrap(), ["b/1"]);
+        assert!(b.list("q", "", None, 10, 0).wait().unwrap().is_empty());
     });
 }
 
@@ -123,7 +212,7 @@ fn concurrent_increments_are_all_counted() {
             }
         });
         assert_eq!(
-            b.get_many("p", &["n".into()], 0).unwrap(),
+            b.get_many("p", &["n".into()], 0).wait().unwrap(),
             [Some(b"400".to_vec())]
         );
     });
@@ -146,8 +235,11 @@ fn the_file_store_keeps_what_it_acknowledged_across_a_reopen() {
     }
     let store = Store::open(&StoreConfig::File(dir.0.clone())).unwrap();
     let ns = store.namespace("todo", bounds());
-    assert_eq!(ns.get("item/1").unwrap(), Some(b"milk".to_vec()));
-    assert_eq!(ns.list_all("item/").unwrap(), ["item/1", "item/2"]);
+    assert_eq!(block_on(ns.get("item/1")).unwrap(), Some(b"milk".to_vec()));
+    assert_eq!(
+        block_on(ns.list_all("item/")).unwrap(),
+        ["item/1", "item/2"]
+    );
     assert_eq!(block_on(ns.increment("next".into(), 1)).unwrap(), 4);
     assert_eq!(ns.usage().unwrap(), Usage { keys: 3, bytes: 25 });
 }
@@ -203,16 +295,104 @@ fn namespace_checks_sizes_and_pages() {
     for key in ["x1", "x2", "x3", "y"] {
         block_on(ns.set(key.into(), vec![], None)).unwrap();
     }
-    let (page, cursor) = ns.list_page("x", None, 100).unwrap();
+    let (page, cursor) = block_on(ns.list_page("x", None, 100)).unwrap();
     assert_eq!(
         (page, cursor.as_deref()),
         (vec!["x1".into(), "x2".into()], Some("x2"))
     );
-    let (page, cursor) = ns.list_page("x", Some("x2"), 100).unwrap();
+    let (page, cursor) = block_on(ns.list_page("x", Some("x2"), 100)).unwrap();
     assert_eq!((page, cursor), (vec!["x3".to_owned()], None));
     assert!(matches!(
-        ns.list_page("x", Some("y"), 1),
+        block_on(ns.list_page("x", Some("y"), 1)),
         Err(KvError::Invalid(_))
     ));
-    assert_eq!(ns.list_all("x").unwrap().len(), 3);
+    assert_eq!(block_on(ns.list_all("x")).unwrap().len(), 3);
+}
+
+/// The rules of every write, on every backend alike (the Redis backend runs them in Lua).
+#[test]
+fn every_backend_applies_the_same_rules() {
+    on_both("rules", |b| {
+        let tight = Bounds {
+            max_bytes: 40,
+            max_keys: 3,
+            ..bounds()
+        };
+        let write = |w: Write, now: Millis| b.write("r", w, &tight, now).wait();
+        let get = |key: &str, now: Millis| {
+            b.get_many("r", &[key.to_owned()], now)
+                .wait()
+                .unwrap()
+                .pop()
+                .flatten()
+        };
+        // The last of a key given twice wins, and the batch counts once.
+        let many = Write::Set {
+            entries: vec![
+                ("a".into(), b"1".to_vec()),
+                ("b".into(), b"22".to_vec()),
+                ("a".into(), b"333".to_vec()),
+            ],
+            expires: None,
+        };
+        assert_eq!(write(many, 0), Ok(Written::Stored));
+        assert_eq!(get("a", 0), Some(b"333".to_vec()));
+        assert_eq!(b.usage("r").unwrap(), Usage { keys: 2, bytes: 7 });
+        // Over the bytes quota: refused whole, nothing changed.
+        let big = Write::Set {
+            entries: vec![("c".into(), b"x".to_vec()), ("d".into(), vec![b'y'; 40])],
+            expires: None,
+        };
+        assert_eq!(write(big, 0), Err(KvError::Full));
+        assert_eq!(get("c", 0), None);
+        assert_eq!(b.usage("r").unwrap(), Usage { keys: 2, bytes: 7 });
+        // Over the key count.
+        assert_eq!(write(set("c", "", None), 0), Ok(Written::Stored));
+        assert_eq!(write(set("d", "", None), 0), Err(KvError::Full));
+        // Compare-and-swap: on the live value, absent as `None`.
+        let swap = |key: &str, expected: Option<&str>, value: &str| Write::Swap {
+            key: key.into(),
+            expected: expected.map(|e| e.as_bytes().to_vec()),
+            value: value.as_bytes().to_vec(),
+            expires: None,
+        };
+        assert_eq!(
+            write(swap("a", Some("1"), "x"), 0),
+            Ok(Written::Swapped(false))
+        );
+        assert_eq!(
+            write(swap("a", Some("333"), "4"), 0),
+            Ok(Written::Swapped(true))
+        );
+        assert_eq!(write(swap("a", None, "5"), 0), Ok(Written::Swapped(false)));
+        assert_eq!(get("a", 0), Some(b"4".to_vec()));
+        // Increments: decimal text, exact at the edge, refused past it.
+        let incr = |key: &str, delta: i64| Write::Increment {
+            key: key.into(),
+            delta,
+        };
+        assert_eq!(write(incr("a", 38), 0), Ok(Written::Number(42)));
+        assert_eq!(write(incr("b", 1), 0), Ok(Written::Number(23)));
+        assert_eq!(write(set("b", "text", None), 0), Ok(Written::Stored));
+        assert_eq!(write(incr("b", 1), 0), Err(KvError::NotANumber));
+        assert_eq!(get("b", 0), Some(b"text".to_vec()));
+        assert_eq!(
+            write(set("a", &i64::MAX.to_string(), None), 0),
+            Ok(Written::Stored)
+        );
+        assert_eq!(write(incr("a", 1), 0), Err(KvError::Overflow));
+        assert_eq!(write(incr("a", -1), 0), Ok(Written::Number(i64::MAX - 1)));
+        // Deleting counts the live keys only; an expired one is gone and uncounted.
+        assert_eq!(write(set("c", "v", Some(10)), 0), Ok(Written::Stored));
+        let delete = Write::Delete {
+            keys: vec!["c".into(), "b".into(), "b".into(), "nope".into()],
+        };
+        assert_eq!(write(delete, 10), Ok(Written::Deleted(1)));
+        assert_eq!(b.usage("r").unwrap().keys, 1);
+        // An expired counter starts again from zero, without its expiry.
+        assert_eq!(write(set("t", "7", Some(10)), 0), Ok(Written::Stored));
+        assert_eq!(write(incr("t", 1), 10), Ok(Written::Number(1)));
+        assert_eq!(b.sweep(1_000_000, usize::MAX).unwrap(), 0);
+        assert_eq!(get("t", 1_000_000), Some(b"1".to_vec()));
+    });
 }

@@ -47,6 +47,7 @@ impl WorkerPool {
         max_calls: usize,
         reply: Replies,
         hub: Arc<Hub>,
+        cluster: Option<Arc<crate::cluster::Cluster>>,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> std::io::Result<Self> {
         let (tx, rx) = crossbeam_channel::bounded::<Box<Job>>(queue_depth);
@@ -54,6 +55,7 @@ impl WorkerPool {
         let link = WsLink {
             hub,
             out: Arc::new(reply.clone()),
+            cluster,
         };
         for i in 0..workers {
             let rx = rx.clone();

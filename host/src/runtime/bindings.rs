@@ -6,16 +6,25 @@
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "plugin",
-    // Calls run on fibers (see `crate::pool`). A key-value write awaits its commit, which
-    // suspends the call and frees its thread; the other imports answer at once.
+    // Calls run on fibers (see `crate::pool`). A key-value call awaits the store (a write its
+    // commit, a read a remote store's answer), and a WebSocket send, close or publish may
+    // await Redis (a connection on another process, `--pubsub`): either suspends the call and
+    // frees its thread. The other imports answer at once.
     exports: { default: async },
     imports: {
+        "ankh:plugin/kv.get": async,
+        "ankh:plugin/kv.get-many": async,
+        "ankh:plugin/kv.exists": async,
+        "ankh:plugin/kv.list-keys": async,
         "ankh:plugin/kv.set": async,
         "ankh:plugin/kv.set-many": async,
         "ankh:plugin/kv.delete": async,
         "ankh:plugin/kv.delete-many": async,
         "ankh:plugin/kv.compare-and-swap": async,
         "ankh:plugin/kv.increment": async,
+        "ankh:plugin/websocket.send": async,
+        "ankh:plugin/websocket.close": async,
+        "ankh:plugin/websocket.publish": async,
     },
 });
 
@@ -30,9 +39,14 @@ pub mod legacy {
         world: "plugin",
         exports: { default: async },
         imports: {
+            "ankh:plugin/kv.get": async,
+            "ankh:plugin/kv.list-keys": async,
             "ankh:plugin/kv.set": async,
             "ankh:plugin/kv.delete": async,
             "ankh:plugin/kv.increment": async,
+            "ankh:plugin/websocket.send": async,
+            "ankh:plugin/websocket.close": async,
+            "ankh:plugin/websocket.publish": async,
         },
         with: {
             "ankh:plugin/types@0.1.0": super::ankh::plugin::types,
@@ -46,6 +60,10 @@ pub mod keyvalue {
         path: "../wit",
         world: "wasi:keyvalue/imports",
         imports: {
+            "wasi:keyvalue/store.[method]bucket.get": async,
+            "wasi:keyvalue/store.[method]bucket.exists": async,
+            "wasi:keyvalue/store.[method]bucket.list-keys": async,
+            "wasi:keyvalue/batch.get-many": async,
             "wasi:keyvalue/store.[method]bucket.set": async,
             "wasi:keyvalue/store.[method]bucket.delete": async,
             "wasi:keyvalue/atomics.increment": async,

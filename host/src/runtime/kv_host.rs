@@ -27,16 +27,16 @@ impl From<KvError> for kv::Error {
 }
 
 impl kv::Host for HostState {
-    fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, kv::Error> {
-        Ok(self.kv.get(&key)?)
+    async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, kv::Error> {
+        Ok(self.kv.get(&key).await?)
     }
 
-    fn get_many(&mut self, keys: Vec<String>) -> Result<Vec<Option<Vec<u8>>>, kv::Error> {
-        Ok(self.kv.get_many(&keys)?)
+    async fn get_many(&mut self, keys: Vec<String>) -> Result<Vec<Option<Vec<u8>>>, kv::Error> {
+        Ok(self.kv.get_many(&keys).await?)
     }
 
-    fn exists(&mut self, key: String) -> Result<bool, kv::Error> {
-        Ok(self.kv.exists(&key)?)
+    async fn exists(&mut self, key: String) -> Result<bool, kv::Error> {
+        Ok(self.kv.exists(&key).await?)
     }
 
     async fn set(
@@ -81,14 +81,14 @@ impl kv::Host for HostState {
         Ok(self.kv.increment(key, delta).await?)
     }
 
-    fn list_keys(
+    async fn list_keys(
         &mut self,
         prefix: String,
         cursor: Option<String>,
         limit: u32,
     ) -> Result<kv::KeyPage, kv::Error> {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        let (keys, cursor) = self.kv.list_page(&prefix, cursor.as_deref(), limit)?;
+        let (keys, cursor) = self.kv.list_page(&prefix, cursor.as_deref(), limit).await?;
         Ok(kv::KeyPage { keys, cursor })
     }
 }
@@ -152,12 +152,12 @@ impl store::Host for HostState {
 }
 
 impl store::HostBucket for HostState {
-    fn get(
+    async fn get(
         &mut self,
         _bucket: Resource<Bucket>,
         key: String,
     ) -> Result<Option<Vec<u8>>, store::Error> {
-        Ok(self.kv.get(&key)?)
+        Ok(self.kv.get(&key).await?)
     }
 
     async fn set(
@@ -174,11 +174,15 @@ impl store::HostBucket for HostState {
         Ok(())
     }
 
-    fn exists(&mut self, _bucket: Resource<Bucket>, key: String) -> Result<bool, store::Error> {
-        Ok(self.kv.exists(&key)?)
+    async fn exists(
+        &mut self,
+        _bucket: Resource<Bucket>,
+        key: String,
+    ) -> Result<bool, store::Error> {
+        Ok(self.kv.exists(&key).await?)
     }
 
-    fn list_keys(
+    async fn list_keys(
         &mut self,
         bucket: Resource<Bucket>,
         cursor: Option<u64>,
@@ -197,7 +201,7 @@ impl store::HostBucket for HostState {
             }
         };
         let page = self.kv.bounds().page_keys;
-        let (keys, next) = self.kv.list_page("", after.as_deref(), page)?;
+        let (keys, next) = self.kv.list_page("", after.as_deref(), page).await?;
         let cursor = match next {
             Some(key) => {
                 let b = self.table().get_mut(&bucket).map_err(table_error)?;
@@ -232,12 +236,12 @@ impl atomics::Host for HostState {
 }
 
 impl batch::Host for HostState {
-    fn get_many(
+    async fn get_many(
         &mut self,
         _bucket: Resource<Bucket>,
         keys: Vec<String>,
     ) -> Result<Vec<Option<(String, Vec<u8>)>>, store::Error> {
-        let values = self.kv.get_many(&keys)?;
+        let values = self.kv.get_many(&keys).await?;
         Ok(keys
             .into_iter()
             .zip(values)

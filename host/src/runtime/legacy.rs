@@ -39,12 +39,17 @@ impl http::Host for HostState {
 }
 
 impl websocket::Host for HostState {
-    fn send(&mut self, conn: ConnectionId, message: Message) -> Result<(), WsError> {
-        current::websocket::Host::send(self, conn, message)
+    async fn send(&mut self, conn: ConnectionId, message: Message) -> Result<(), WsError> {
+        current::websocket::Host::send(self, conn, message).await
     }
 
-    fn close(&mut self, conn: ConnectionId, code: u16, reason: String) -> Result<(), WsError> {
-        current::websocket::Host::close(self, conn, code, reason)
+    async fn close(
+        &mut self,
+        conn: ConnectionId,
+        code: u16,
+        reason: String,
+    ) -> Result<(), WsError> {
+        current::websocket::Host::close(self, conn, code, reason).await
     }
 
     fn subscribe(&mut self, conn: ConnectionId, topic: String) -> Result<(), WsError> {
@@ -55,8 +60,8 @@ impl websocket::Host for HostState {
         current::websocket::Host::unsubscribe(self, conn, topic)
     }
 
-    fn publish(&mut self, topic: String, message: Message) -> Result<u32, WsError> {
-        current::websocket::Host::publish(self, topic, message)
+    async fn publish(&mut self, topic: String, message: Message) -> Result<u32, WsError> {
+        current::websocket::Host::publish(self, topic, message).await
     }
 }
 
@@ -80,10 +85,9 @@ impl HostState {
 }
 
 impl kv::Host for HostState {
-    fn get(&mut self, key: String) -> Option<Vec<u8>> {
-        self.kv
-            .get(&key)
-            .unwrap_or_else(|e| self.lost_read("get", e))
+    async fn get(&mut self, key: String) -> Option<Vec<u8>> {
+        let read = self.kv.get(&key).await;
+        read.unwrap_or_else(|e| self.lost_read("get", e))
     }
 
     async fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), KvError> {
@@ -95,10 +99,9 @@ impl kv::Host for HostState {
         deleted.unwrap_or_else(|e| self.lost_read("delete", e))
     }
 
-    fn list_keys(&mut self, prefix: String) -> Vec<String> {
-        self.kv
-            .list_all(&prefix)
-            .unwrap_or_else(|e| self.lost_read("list-keys", e))
+    async fn list_keys(&mut self, prefix: String) -> Vec<String> {
+        let listed = self.kv.list_all(&prefix).await;
+        listed.unwrap_or_else(|e| self.lost_read("list-keys", e))
     }
 
     async fn increment(&mut self, key: String, delta: i64) -> Result<i64, KvError> {

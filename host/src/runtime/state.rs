@@ -47,6 +47,8 @@ pub trait WsOut: Send + Sync + std::fmt::Debug {
 pub struct WsLink {
     pub hub: Arc<Hub>,
     pub out: Arc<dyn WsOut>,
+    /// The other processes, when WebSockets span several (`--pubsub`).
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 /// Store data for one plugin instance.
@@ -399,34 +401,62 @@ impl HostState {
         self.ws.as_ref().ok_or(WsError::Unsupported)
     }
 
-    /// The link and the connection's event loop, if `conn` is an open connection of this
-    /// plugin; `closed` otherwise, whether it is closed, never existed, or belongs to another
-    /// plugin.
-    fn own_connection(&self, conn: ConnectionId) -> Result<(&WsLink, usize), WsError> {
+    /// Where `conn` lives, if it is an open connection of this plugin: on an event loop of
+    /// this process, or on another process of the cluster. `closed` otherwise, whether it is
+    /// closed, never existed, or belongs to another plugin.
+    fn own_connection(&self, conn: ConnectionId) -> Result<Place, WsError> {
         let link = self.ws_link()?;
-        match link.hub.home_for(conn, &self.tags.plugin) {
-            Some(home) => Ok((link, home)),
-            None => Err(WsError::Closed),
+        if let Some(home) = link.hub.home_for(conn, &self.tags.plugin) {
+            return Ok(Place::Here(link.out.clone(), home));
+        }
+        match &link.cluster {
+            // Only another process's id can be open elsewhere; whether it is, Redis answers.
+            Some(cluster) if crate::message::node_of(conn) != link.hub.node() => {
+                Ok(Place::Elsewhere(cluster.clone()))
+            }
+            _ => Err(WsError::Closed),
         }
     }
+}
+
+/// Where a connection lives.
+enum Place {
+    /// On event loop `.1` of this process.
+    Here(Arc<dyn WsOut>, usize),
+    /// On another process of the cluster (if it is open at all).
+    Elsewhere(Arc<crate::cluster::Cluster>),
 }
 
 /// Sending goes through the I/O thread, which owns the sockets. Every operation is confined
 /// to this plugin's own connections and topics.
 impl websocket::Host for HostState {
-    fn send(&mut self, conn: ConnectionId, message: Message) -> Result<(), WsError> {
+    async fn send(&mut self, conn: ConnectionId, message: Message) -> Result<(), WsError> {
         self.ws_link()?;
         if message_len(&message) > self.limits.ws_max_message_bytes {
             return Err(WsError::TooLarge);
         }
-        let (link, home) = self.own_connection(conn)?;
-        link.out.send(home, conn, to_outbound(message));
+        match self.own_connection(conn)? {
+            Place::Here(out, home) => out.send(home, conn, to_outbound(message)),
+            Place::Elsewhere(cluster) => {
+                if !cluster
+                    .send(&self.tags.plugin, conn, to_outbound(message))
+                    .await
+                {
+                    return Err(WsError::Closed);
+                }
+            }
+        }
         Ok(())
     }
 
     /// A code RFC 6455 reserves (0-999, 1004-1006, 1015, 1016-2999, 5000 and up) is refused
     /// with `unsupported`.
-    fn close(&mut self, conn: ConnectionId, code: u16, reason: String) -> Result<(), WsError> {
+    async fn close(
+        &mut self,
+        conn: ConnectionId,
+        code: u16,
+        reason: String,
+    ) -> Result<(), WsError> {
         self.ws_link()?;
         if !sendable_close_code(code) {
             return Err(WsError::Unsupported);
@@ -434,8 +464,14 @@ impl websocket::Host for HostState {
         if reason.len() > MAX_CLOSE_REASON_BYTES {
             return Err(WsError::TooLarge);
         }
-        let (link, home) = self.own_connection(conn)?;
-        link.out.close(home, conn, code, reason);
+        match self.own_connection(conn)? {
+            Place::Here(out, home) => out.close(home, conn, code, reason),
+            Place::Elsewhere(cluster) => {
+                if !cluster.close(&self.tags.plugin, conn, code, reason).await {
+                    return Err(WsError::Closed);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -456,15 +492,22 @@ impl websocket::Host for HostState {
 
     /// One copy of the message, shared by every subscriber's queue, and one reply to each event
     /// loop for its subscribers: every subscriber of a topic sees its messages in one order.
-    fn publish(&mut self, topic: String, message: Message) -> Result<u32, WsError> {
+    /// In a cluster, then once to Redis for the other processes' subscribers: the answer adds
+    /// the processes that received it.
+    async fn publish(&mut self, topic: String, message: Message) -> Result<u32, WsError> {
         let link = self.ws_link()?;
         if message_len(&message) > self.limits.ws_max_message_bytes {
             return Err(WsError::TooLarge);
         }
         let subscribers = link.hub.subscribers(&self.tags.plugin, &topic);
-        let count = u32::try_from(subscribers.len()).unwrap_or(u32::MAX);
+        let mut count = u32::try_from(subscribers.len()).unwrap_or(u32::MAX);
+        let message = to_outbound(message);
         if !subscribers.is_empty() {
-            link.out.publish(subscribers, to_outbound(message));
+            link.out.publish(subscribers, message.clone());
+        }
+        if let Some(cluster) = &link.cluster {
+            let elsewhere = cluster.publish(&self.tags.plugin, &topic, message).await;
+            count = count.saturating_add(elsewhere);
         }
         Ok(count)
     }
