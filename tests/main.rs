@@ -8,6 +8,8 @@
 mod harness;
 // A local HTTP service for plugins to call, counting its connections.
 mod upstream;
+// Real Redis and nginx, started by the tests.
+mod services;
 
 // Request parsing and framing: A1-A8, A11-A13, A16.
 mod http1;
@@ -58,3 +60,6 @@ mod waits;
 mod wasi_http;
 // Outbound HTTP from plugins: grants, address rules, pooling, timeouts, caps: issue 15.
 mod outbound;
+// Many processes as one application through Redis and nginx: state, topics, connections,
+// kill -9 and a Redis outage: issue 19.
+mod scaleout;

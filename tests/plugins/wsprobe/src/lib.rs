@@ -10,7 +10,8 @@
 //! Text commands: `slow:<ms>` sleeps then echoes; `close:<code>` sends `one`, `two`, `three`,
 //! then closes with that code (and tries a send after, which the host drops); `sub:<topic>`;
 //! `unsub:<topic>`; `pub:<topic>:<text>` answers `published <n>`; `sendto:<id>:<text>` answers
-//! `sent` or `error <e>`; `big:<n>` sends a binary message of n bytes; `panic` panics.
+//! `sent` or `error <e>`; `closeto:<id>` closes another connection with 4001 (`closed` or `error
+//! <e>`); `big:<n>` sends a binary message of n bytes; `panic` panics.
 //! Anything else is echoed; binary messages are echoed too.
 
 use std::time::Duration;
@@ -109,6 +110,13 @@ fn command(conn: ws::ConnectionId, message: &str) {
             let id: u64 = id.parse().unwrap_or(0);
             match ws::send_text(id, body) {
                 Ok(()) => text(conn, "sent"),
+                Err(e) => text(conn, &format!("error {e:?}")),
+            }
+        }
+        "closeto" => {
+            let id: u64 = rest.parse().unwrap_or(0);
+            match ws::close(id, 4001, "closed by another") {
+                Ok(()) => text(conn, "closed"),
                 Err(e) => text(conn, &format!("error {e:?}")),
             }
         }
