@@ -36,12 +36,12 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 
 use self::wire::{Body, Envelope};
 use crate::hub::{Hub, Roster};
-use crate::kv::redis::display_url;
+use crate::kv::redis::{client_runtime, display_url, manager_config};
 use crate::limits::{
     CLUSTER_NODE_TTL, CLUSTER_ROSTER_BATCH, CLUSTER_ROSTER_QUEUE, KV_REDIS_PING_INTERVAL,
     KV_REDIS_TIMEOUT,
@@ -129,25 +129,16 @@ impl Cluster {
             url: target.clone(),
             reason: e.to_string(),
         })?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("ankh-pubsub")
-            .enable_all()
-            .build()
-            .map_err(ClusterError::Runtime)?;
+        let runtime = client_runtime("ankh-pubsub").map_err(ClusterError::Runtime)?;
         let unreachable = |e: redis::RedisError| ClusterError::Unreachable {
             target: target.clone(),
             reason: e.to_string(),
         };
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(KV_REDIS_TIMEOUT))
-            .set_response_timeout(Some(KV_REDIS_TIMEOUT))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(1));
         let (mut connection, node) = runtime
             .block_on(async {
-                let mut connection = client.get_connection_manager_with_config(config).await?;
+                let mut connection = client
+                    .get_connection_manager_with_config(manager_config())
+                    .await?;
                 let n: u64 = redis::cmd("INCR")
                     .arg(NODES)
                     .query_async(&mut connection)

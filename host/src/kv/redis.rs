@@ -280,6 +280,14 @@ impl Keys {
             usage: format!("{PREFIX}{{{ns}}}:u"),
         }
     }
+
+    /// `script` on this namespace: its four keys first, in the order every write script
+    /// reads them (`KEYS[1..4]`).
+    fn call<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {
+        let mut call = script.key(&self.values);
+        call.key(&self.expiries).key(&self.keys).key(&self.usage);
+        call
+    }
 }
 
 /// The set of namespaces holding expiring keys.
@@ -352,18 +360,8 @@ impl Redis {
             url: target.clone(),
             reason: e.to_string(),
         })?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("ankh-redis")
-            .enable_all()
-            .build()
-            .map_err(OpenError::Runtime)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(KV_REDIS_TIMEOUT))
-            .set_response_timeout(Some(KV_REDIS_TIMEOUT))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(1));
+        let runtime = client_runtime("ankh-redis").map_err(OpenError::Runtime)?;
+        let config = manager_config();
         let connections = runtime
             .block_on(async {
                 let mut all = Vec::new();
@@ -432,6 +430,26 @@ impl Redis {
     fn block<T: Send + 'static>(&self, pending: Pending<T>) -> Result<T, KvError> {
         pending.wait()
     }
+}
+
+/// A runtime of one thread for a Redis client's tasks: the store's, or the cluster's.
+pub(crate) fn client_runtime(name: &str) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name(name)
+        .enable_all()
+        .build()
+}
+
+/// How every pooled Redis connection of ankh behaves: connection attempts and answers
+/// bounded by [`KV_REDIS_TIMEOUT`], a lost connection re-made with backoff (50 ms to 1 s).
+pub(crate) fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(KV_REDIS_TIMEOUT))
+        .set_response_timeout(Some(KV_REDIS_TIMEOUT))
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(50))
+        .set_max_delay(Duration::from_secs(1))
 }
 
 /// Records (or clears) why Redis cannot be reached; logs each change once.
@@ -550,11 +568,8 @@ impl Backend for Redis {
         self.run(move |mut c, scripts| async move {
             let answer: Value = match &write {
                 Write::Set { entries, expires } => {
-                    let mut call = scripts.set.key(&k.values);
-                    call.key(&k.expiries)
-                        .key(&k.keys)
-                        .key(&k.usage)
-                        .key(expiring())
+                    let mut call = k.call(&scripts.set);
+                    call.key(expiring())
                         .arg(now)
                         .arg(expires.unwrap_or(0))
                         .arg(bounds.max_bytes)
@@ -566,12 +581,8 @@ impl Backend for Redis {
                     call.invoke_async(&mut c).await?
                 }
                 Write::Delete { keys } => {
-                    let mut call = scripts.delete.key(&k.values);
-                    call.key(&k.expiries)
-                        .key(&k.keys)
-                        .key(&k.usage)
-                        .arg(now)
-                        .arg(keys);
+                    let mut call = k.call(&scripts.delete);
+                    call.arg(now).arg(keys);
                     call.invoke_async(&mut c).await?
                 }
                 Write::Swap {
@@ -580,11 +591,8 @@ impl Backend for Redis {
                     value,
                     expires,
                 } => {
-                    let mut call = scripts.swap.key(&k.values);
-                    call.key(&k.expiries)
-                        .key(&k.keys)
-                        .key(&k.usage)
-                        .key(expiring())
+                    let mut call = k.call(&scripts.swap);
+                    call.key(expiring())
                         .arg(now)
                         .arg(expires.unwrap_or(0))
                         .arg(bounds.max_bytes)
@@ -597,11 +605,8 @@ impl Backend for Redis {
                     call.invoke_async(&mut c).await?
                 }
                 Write::Increment { key, delta } => {
-                    let mut call = scripts.increment.key(&k.values);
-                    call.key(&k.expiries)
-                        .key(&k.keys)
-                        .key(&k.usage)
-                        .arg(now)
+                    let mut call = k.call(&scripts.increment);
+                    call.arg(now)
                         .arg(bounds.max_bytes)
                         .arg(bounds.max_keys)
                         .arg(key)
@@ -657,11 +662,8 @@ impl Backend for Redis {
                     break;
                 }
                 let k = Keys::of(&ns);
-                let mut call = scripts.sweep.key(&k.values);
-                call.key(&k.expiries)
-                    .key(&k.keys)
-                    .key(&k.usage)
-                    .key(expiring())
+                let mut call = k.call(&scripts.sweep);
+                call.key(expiring())
                     .arg(now)
                     // As a count Redis takes (a 64-bit signed number).
                     .arg((max - swept).min(1 << 30))
