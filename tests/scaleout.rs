@@ -190,6 +190,12 @@ fn sends_closes_and_publishes_reach_other_processes_and_stay_within_their_plugin
     assert_eq!(ask(&mut b, "pub:news:second"), "second");
     assert_eq!(text(&mut b), "published 2");
     assert_eq!(text(&mut a), "second");
+    // A topic longer than any subscription may name goes nowhere, not even to Redis.
+    let long = "t".repeat(10_000);
+    assert_eq!(
+        ask(&mut evil, &format!("pub:{long}:x")),
+        "error WsError::TooLarge"
+    );
     // Nothing was delivered twice: the next thing each reads is the answer to an echo.
     assert_eq!(ask(&mut a, "ping-a"), "ping-a");
     assert_eq!(ask(&mut b, "ping-b"), "ping-b");

@@ -496,7 +496,11 @@ impl websocket::Host for HostState {
     /// the processes that received it.
     async fn publish(&mut self, topic: String, message: Message) -> Result<u32, WsError> {
         let link = self.ws_link()?;
-        if message_len(&message) > self.limits.ws_max_message_bytes {
+        // A topic no connection can subscribe to has no subscribers anywhere; refusing it keeps
+        // a long name from reaching Redis as a channel.
+        if message_len(&message) > self.limits.ws_max_message_bytes
+            || topic.len() > self.limits.ws_max_topic_bytes
+        {
             return Err(WsError::TooLarge);
         }
         let subscribers = link.hub.subscribers(&self.tags.plugin, &topic);
