@@ -12,7 +12,8 @@ use crate::bindings::ankh::plugin::websocket as imports;
 
 pub use crate::wit::{CloseInfo, ConnectionId, Message, WsError};
 
-/// Sends `message` to `conn`.
+/// Sends `message` to `conn`. When several ankh processes share a Redis (`--pubsub`),
+/// `conn` may live on any of them; [`WsError::Closed`] if it is closed, or not this plugin's.
 pub fn send(conn: ConnectionId, message: &Message) -> Result<(), WsError> {
     imports::send(conn, message)
 }
@@ -43,7 +44,10 @@ pub fn unsubscribe(conn: ConnectionId, topic: &str) -> Result<(), WsError> {
     imports::unsubscribe(conn, topic)
 }
 
-/// Sends `message` to every connection subscribed to `topic`; returns how many there were.
+/// Sends `message` to every connection subscribed to `topic`; returns how many there were on
+/// this process, plus, when several ankh processes share a Redis (`--pubsub`), how many other
+/// processes received it (each delivers it to its own subscribers). [`WsError::TooLarge`]
+/// for a message over the size limit, or a topic longer than a subscription may name.
 pub fn publish(topic: &str, message: &Message) -> Result<u32, WsError> {
     imports::publish(topic, message)
 }
