@@ -527,6 +527,23 @@ fn processes_share_one_port_and_stop_together() {
         nodes.len() >= 2,
         "every connection went to one process: {nodes:?}"
     );
+    // A process that dies is started again (with a node number of its own), and the port
+    // keeps serving meanwhile.
+    let children: Vec<u32> =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", s.pid()))
+            .unwrap()
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect();
+    assert_eq!(children.len(), 3, "{}", s.log());
+    signal(children[0], "KILL");
+    s.wait_for_log("starting it again");
+    s.wait_for_log_count("joined the cluster", 4);
+    for _ in 0..10 {
+        let (mut ws, _) = probe_at(s.addr, "wsprobe");
+        assert_eq!(ask(&mut ws, "still"), "still");
+    }
+    // SIGTERM drains every process, the restarted one included.
     s.signal("TERM");
     let status = s.wait_exit();
     assert!(status.success(), "{status}\n{}", s.log());
