@@ -152,8 +152,6 @@ fn main() {
     );
     let _ = std::fs::remove_dir_all(&base);
 
-    let out = benches::root().join("target/bench-results");
-    std::fs::create_dir_all(&out).unwrap();
     let doc = json!({
         "machine": benches::machine(),
         "connections": CONNECTIONS,
@@ -169,10 +167,5 @@ fn main() {
             "empty_ms": baseline,
         },
     });
-    std::fs::write(
-        out.join("kv.json"),
-        serde_json::to_string_pretty(&doc).unwrap(),
-    )
-    .unwrap();
-    println!("wrote {}", out.join("kv.json").display());
+    benches::write_results("kv.json", &doc);
 }

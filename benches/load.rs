@@ -210,8 +210,6 @@ fn main() {
             })).collect::<Vec<_>>(),
         }));
     }
-    let out = benches::root().join("target/bench-results");
-    std::fs::create_dir_all(&out).unwrap();
     let doc = json!({
         "machine": benches::machine(),
         "round_seconds": round.as_secs(),
@@ -219,12 +217,7 @@ fn main() {
         "generator": "wrk -t2 --latency",
         "scenarios": results,
     });
-    std::fs::write(
-        out.join("load.json"),
-        serde_json::to_string_pretty(&doc).unwrap(),
-    )
-    .unwrap();
-    println!("wrote {}", out.join("load.json").display());
+    benches::write_results("load.json", &doc);
 }
 
 /// `--scaling`: hello world for 1, 2 and 4 event loops (and hyper with one thread per core
@@ -296,20 +289,13 @@ fn scaling(round: Duration, rounds: usize) {
             "pinned": {"rps": pinned.rps, "p99_ms": pinned.p99_ms},
         }));
     }
-    let out = benches::root().join("target/bench-results");
-    std::fs::create_dir_all(&out).unwrap();
     let doc = json!({
         "machine": benches::machine(),
         "round_seconds": round.as_secs(),
         "rounds": rounds,
         "rows": json_rows,
     });
-    std::fs::write(
-        out.join("scaling.json"),
-        serde_json::to_string_pretty(&doc).unwrap(),
-    )
-    .unwrap();
-    println!("wrote {}", out.join("scaling.json").display());
+    benches::write_results("scaling.json", &doc);
 }
 
 /// A server under test, with how to start it.

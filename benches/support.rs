@@ -19,21 +19,39 @@ pub fn root() -> PathBuf {
 /// Builds the example plugins (all, or one package) for wasm32-wasip2 in their own workspace,
 /// and returns the directory the `.wasm` files are in.
 pub fn build_example_plugins(package: Option<&str>) -> PathBuf {
+    let workspace = root().join("plugins");
+    build_plugins(&workspace, &workspace.join("target"), package.as_slice())
+}
+
+/// Builds `packages` (all when empty) of the plugin workspace `workspace` for wasm32-wasip2
+/// in release mode into `target_dir`, and returns the directory the `.wasm` files are in.
+pub fn build_plugins(workspace: &Path, target_dir: &Path, packages: &[&str]) -> PathBuf {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.args([
-        "build",
-        "--release",
-        "--target",
-        "wasm32-wasip2",
-        "--manifest-path",
-    ])
-    .arg(root().join("plugins/Cargo.toml"));
-    if let Some(p) = package {
+    cmd.args(["build", "--release", "--target", "wasm32-wasip2"])
+        .arg("--manifest-path")
+        .arg(workspace.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target_dir);
+    for p in packages {
         cmd.args(["-p", p]);
     }
     let status = cmd.status().expect("cargo");
-    assert!(status.success(), "building the example plugins failed");
-    root().join("plugins/target/wasm32-wasip2/release")
+    assert!(
+        status.success(),
+        "building plugins in {} failed",
+        workspace.display()
+    );
+    target_dir.join("wasm32-wasip2/release")
+}
+
+/// Writes `doc` as pretty JSON to `target/bench-results/NAME` (where `report` reads it) and
+/// says where.
+pub fn write_results(name: &str, doc: &serde_json::Value) {
+    let dir = root().join("target/bench-results");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_string_pretty(doc).unwrap()).unwrap();
+    println!("wrote {}", path.display());
 }
 
 /// Nanoseconds per iteration of `f`: the best of `rounds` rounds of `iters` iterations each

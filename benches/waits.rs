@@ -194,17 +194,10 @@ fn main() {
         );
         out.push(json!({"path": path, "rps": rps, "cpu_us_per_request": cpu}));
     }
-    let dir = benches::root().join("target/bench-results");
-    std::fs::create_dir_all(&dir).unwrap();
     let doc = json!({
         "machine": benches::machine(),
         "sleepers": memory,
         "suspend_resume": out,
     });
-    std::fs::write(
-        dir.join("waits.json"),
-        serde_json::to_string_pretty(&doc).unwrap(),
-    )
-    .unwrap();
-    println!("wrote {}", dir.join("waits.json").display());
+    benches::write_results("waits.json", &doc);
 }

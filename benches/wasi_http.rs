@@ -40,26 +40,12 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 /// Builds test plugins (packages of tests/plugins) where the integration tests build them.
 fn build_test_plugins(packages: &[&str]) -> PathBuf {
-    let target = benches::root().join("target/wasm-plugins");
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.args([
-        "build",
-        "--release",
-        "--target",
-        "wasm32-wasip2",
-        "--manifest-path",
-    ])
-    .arg(benches::root().join("tests/plugins/Cargo.toml"))
-    .arg("--target-dir")
-    .arg(&target);
-    for p in packages {
-        cmd.args(["-p", p]);
-    }
-    assert!(
-        cmd.status().expect("cargo").success(),
-        "building test plugins failed"
-    );
-    target.join("wasm32-wasip2/release")
+    let root = benches::root();
+    benches::build_plugins(
+        &root.join("tests/plugins"),
+        &root.join("target/wasm-plugins"),
+        packages,
+    )
 }
 
 /// A plugins directory with `wasm` as `name.wasm` and an optional policy; served by ankh.
@@ -328,8 +314,6 @@ fn main() {
     let outbound = print(&contenders, &runs);
     println!("  ankh / native: {:.2}", runs[0].rps / runs[1].rps);
 
-    let out = benches::root().join("target/bench-results");
-    std::fs::create_dir_all(&out).unwrap();
     let doc = json!({
         "machine": benches::machine(),
         "round_seconds": round.as_secs(),
@@ -337,10 +321,5 @@ fn main() {
         "hello": hello,
         "outbound": outbound,
     });
-    std::fs::write(
-        out.join("wasi_http.json"),
-        serde_json::to_string_pretty(&doc).unwrap(),
-    )
-    .unwrap();
-    println!("wrote {}", out.join("wasi_http.json").display());
+    benches::write_results("wasi_http.json", &doc);
 }
