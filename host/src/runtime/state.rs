@@ -404,15 +404,15 @@ impl HostState {
     /// Where `conn` lives, if it is an open connection of this plugin: on an event loop of
     /// this process, or on another process of the cluster. `closed` otherwise, whether it is
     /// closed, never existed, or belongs to another plugin.
-    fn own_connection(&self, conn: ConnectionId) -> Result<Place, WsError> {
+    fn own_connection(&self, conn: ConnectionId) -> Result<Place<'_>, WsError> {
         let link = self.ws_link()?;
         if let Some(home) = link.hub.home_for(conn, &self.tags.plugin) {
-            return Ok(Place::Here(link.out.clone(), home));
+            return Ok(Place::Here(&*link.out, home));
         }
         match &link.cluster {
             // Only another process's id can be open elsewhere; whether it is, Redis answers.
             Some(cluster) if crate::message::node_of(conn) != link.hub.node() => {
-                Ok(Place::Elsewhere(cluster.clone()))
+                Ok(Place::Elsewhere(cluster))
             }
             _ => Err(WsError::Closed),
         }
@@ -420,11 +420,11 @@ impl HostState {
 }
 
 /// Where a connection lives.
-enum Place {
+enum Place<'a> {
     /// On event loop `.1` of this process.
-    Here(Arc<dyn WsOut>, usize),
+    Here(&'a dyn WsOut, usize),
     /// On another process of the cluster (if it is open at all).
-    Elsewhere(Arc<crate::cluster::Cluster>),
+    Elsewhere(&'a crate::cluster::Cluster),
 }
 
 /// Sending goes through the I/O thread, which owns the sockets. Every operation is confined
