@@ -60,8 +60,8 @@ impl Dispatcher {
         for job in self.pool.take_queued() {
             match *job {
                 Job::Request(r) => unstarted.push((r.conn, r.seq)),
-                Job::Event(e) => {
-                    if let Err(Busy(job)) = self.pool.submit(Box::new(Job::Event(e))) {
+                job @ (Job::Event(_) | Job::Resume(_)) => {
+                    if let Err(Busy(job)) = self.pool.submit_queued(Box::new(job)) {
                         tracing::warn!(?job, "event dropped while draining");
                     }
                 }
@@ -96,8 +96,13 @@ impl Dispatcher {
         }));
         self.pool.submit(job).map_err(|Busy(job)| match *job {
             Job::Event(e) => Undelivered::Busy(e.event),
-            Job::Request(_) => unreachable!("an event job was submitted"),
+            Job::Request(_) | Job::Resume(_) => unreachable!("an event job was submitted"),
         })
+    }
+
+    /// Makes this thread, event loop `shard`, run calls itself (see [`crate::pool::inline`]).
+    pub fn run_calls_here(&self, shard: usize) {
+        self.pool.run_calls_here(shard);
     }
 
     /// A probe that reads the queue depth from any thread.

@@ -4,11 +4,12 @@
 //!
 //! ```text
 //! net (mio socket loop) → proto::request / proto::body (parse) → dispatch (route, queue)
-//!   → pool (worker threads) → runtime (wasm instance, under limits) → proto::response (bytes)
+//!   → pool (the loop itself, or worker threads) → runtime (wasm instance, under limits) → proto::response (bytes)
 //!   → pool::reply::Reply + waker → net (write)
 //! ```
 //!
-//! Handlers never run on the I/O thread, and nothing a plugin does (a trap, a runaway loop, a
+//! A call starts on the I/O thread that read its request and moves to a worker once its guest
+//! computes past an epoch tick (waits suspend it and hold no thread), and nothing a plugin does (a trap, a runaway loop, a
 //! memory bomb) leaves its instance: that request gets a 5xx, the instance is replaced, the
 //! server keeps serving. Configuration, the CLI and plugin building sit at the edges.
 

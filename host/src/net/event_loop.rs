@@ -1,7 +1,14 @@
 //! One I/O thread: a `mio::Poll` for its connections and the waker that workers use to hand
 //! back replies. There are `--io-threads` of these loops (see [`super::shards`]); loop 0 also
 //! owns the listener and hands each accepted connection to the least loaded loop, where it
-//! stays for life. Handlers never run here.
+//! stays for life.
+//!
+//! A loop starts the calls of its own connections itself when it can (see
+//! [`crate::pool::inline`]): a guest runs here until it finishes, waits (its fiber is then
+//! suspended, and resumed here when the wait is over), or computes past an epoch tick (it then
+//! moves to the worker pool). Its answer is queued for this loop and written before the loop
+//! next waits, with no thread woken. An [`Alarm`](super::alarm::Alarm) wakes the loop at its
+//! calls' earliest deadline, to the nanosecond.
 //!
 //! Besides readiness, the loop runs a timer sweep (every `TIMER_PERIOD`, 100 ms) that enforces
 //! each connection's deadlines, retries `accept` after the process ran out of file
@@ -29,6 +36,7 @@ use crate::pool::reply::{Replies, Reply, ReplyRx};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
+const ALARM: Token = Token(usize::MAX - 3);
 
 /// How often deadlines are checked. Every timeout is enforced within one period.
 const TIMER_PERIOD: Duration = Duration::from_millis(100);
@@ -36,6 +44,10 @@ const TIMER_PERIOD: Duration = Duration::from_millis(100);
 /// After `accept` failed for lack of file descriptors, wait this long before trying again, so
 /// the loop neither spins nor forgets the backlog.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Rounds of resuming this loop's calls and delivering their replies between two polls;
+/// what is left after them makes the next poll return at once.
+const RUN_ROUNDS: usize = 4;
 
 /// Readiness events taken per `poll`.
 const EVENTS_PER_POLL: usize = 1024;
@@ -50,6 +62,8 @@ pub struct EventLoop {
     /// Which loop this is: connection ids carry it, so replies find their way back.
     pub(super) shard: usize,
     pub(super) poll: Poll,
+    /// Rings at the earliest deadline of the calls this loop runs.
+    alarm: super::alarm::Alarm,
     /// Loop 0's: the listening socket, until the drain begins.
     listener: Option<TcpListener>,
     /// Every loop's hand-off queue and waker, for loop 0's accepts.
@@ -186,8 +200,10 @@ impl EventLoop {
             poll.registry()
                 .register(listener, LISTENER, Interest::READABLE)?;
         }
+        let alarm = super::alarm::Alarm::new(poll.registry(), ALARM)?;
         Ok(EventLoop {
             shard,
+            alarm,
             poll,
             listener,
             lanes: common.lanes.clone(),
@@ -213,8 +229,33 @@ impl EventLoop {
         })
     }
 
-    /// Serves until stopped, or until a drain completes.
-    pub fn run(mut self) -> io::Result<Ended> {
+    /// Serves until stopped, or until a drain completes. The loop runs calls itself when it
+    /// can (see [`crate::pool::inline`]), within wasmtime-wasi's tokio runtime as the workers
+    /// do (WASI's sockets and files need a reactor to register with).
+    pub fn run(self) -> io::Result<Ended> {
+        self.dispatcher.run_calls_here(self.shard);
+        wasmtime_wasi::runtime::with_ambient_tokio_runtime(move || self.serve())
+    }
+
+    /// How long the next `poll` may wait: not at all while calls of this loop are ready or
+    /// replies wait, and no longer than the next sweep or the earliest deadline of its calls.
+    /// The alarm is set for that deadline: the poll's own timeout is whole milliseconds.
+    fn poll_timeout(&mut self, last_sweep: Instant) -> Duration {
+        if crate::pool::inline::any_ready() || !self.replies.is_empty() {
+            return Duration::ZERO;
+        }
+        let now = Instant::now();
+        let sweep = (last_sweep + TIMER_PERIOD).saturating_duration_since(now);
+        match crate::pool::inline::next_deadline() {
+            Some(at) => {
+                self.alarm.ring_by(at);
+                sweep.min(at.saturating_duration_since(now))
+            }
+            None => sweep,
+        }
+    }
+
+    fn serve(mut self) -> io::Result<Ended> {
         let mut events = Events::with_capacity(EVENTS_PER_POLL);
         let mut last_sweep = Instant::now();
         loop {
@@ -235,13 +276,16 @@ impl EventLoop {
                     return Ok(Ended::ForceClosed(self.conns.len()));
                 }
             }
-            if let Err(e) = self.poll.poll(&mut events, Some(TIMER_PERIOD)) {
+            let timeout = self.poll_timeout(last_sweep);
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
                 return Err(e);
             }
             let busy_from = Instant::now();
+            // Calls whose deadlines passed first: their answers are late already.
+            crate::pool::inline::run_ready();
             for event in &events {
                 match event.token() {
                     LISTENER => self.accept(),
@@ -249,10 +293,21 @@ impl EventLoop {
                         self.admit_handed_off();
                         self.deliver_replies();
                     }
+                    // The calls it rang for are resumed below.
+                    ALARM => self.alarm.rang(),
                     Token(slot) => {
                         self.on_conn_event(slot, event.is_read_closed() || event.is_error())
                     }
                 }
+            }
+            // The calls this loop runs: those woken or due, then what they answered (which
+            // may start more calls: a connection's next request, a WebSocket's next event).
+            for _ in 0..RUN_ROUNDS {
+                crate::pool::inline::run_ready();
+                if self.replies.is_empty() {
+                    break;
+                }
+                self.deliver_replies();
             }
             let now = Instant::now();
             if now.duration_since(last_sweep) >= TIMER_PERIOD {

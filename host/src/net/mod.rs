@@ -11,6 +11,7 @@
 //!   routing replies from workers to them;
 //! - [`shards`]: several loops: building them, handing accepted connections out, running them.
 
+mod alarm;
 pub mod conn;
 mod deliver;
 pub mod event_loop;

@@ -8,11 +8,13 @@ use crate::message::{Cancel, ConnId, WsEvent, WsId};
 use crate::proto::request::RequestHead;
 use crate::runtime::plugin::Plugin;
 
-/// Work for a worker: a request, or an event of a WebSocket connection.
+/// Work for a worker: a request, or an event of a WebSocket connection, or a call an event
+/// loop started and hands on because its guest computes (see [`super::inline`]).
 #[derive(Debug)]
 pub enum Job {
     Request(RequestJob),
     Event(EventJob),
+    Resume(super::tasks::Running),
 }
 
 /// One request for a worker.

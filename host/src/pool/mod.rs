@@ -1,15 +1,21 @@
-//! The worker pool: a fixed number of threads behind one bounded queue.
+//! The worker pool: a fixed number of threads behind one bounded queue, and the calls the
+//! event loops run themselves.
 //!
 //! Handlers are plain blocking code, but a handler that waits (a sleep, a socket, a key-value
-//! commit) holds no thread: its call is suspended on its fiber and the worker runs others
-//! (see `worker`), up to `max_calls` calls in flight across the pool. Workers are still more
+//! commit) holds no thread: its call is suspended on its fiber and its thread runs others
+//! (see `worker`), up to `max_calls` calls in flight in all. A call starts on the event loop
+//! that read its request when a permit is free (see `inline`): most calls finish or wait
+//! there without a thread hand-off, and a guest still computing at an epoch tick moves on to
+//! the workers. Workers are still more
 //! than the cores, so that CPU-bound handlers keep every core busy while others compute.
 //! The queue is bounded: when it is full, [`WorkerPool::submit`] fails at once with [`Busy`]
 //! and the client gets 503 + `Retry-After`, rather than the host queueing without bound.
 
 mod call;
+pub mod inline;
 pub mod job;
 pub mod reply;
+mod tasks;
 mod worker;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -33,6 +39,14 @@ pub struct WorkerPool {
     tx: Sender<Box<Job>>,
     /// Kept to take back jobs no worker has started, when the server drains.
     rx: Receiver<Box<Job>>,
+    /// What an event loop needs to run calls itself (see [`inline`]).
+    inline: Arc<inline::Parts>,
+}
+
+impl std::fmt::Debug for inline::Parts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parts").finish_non_exhaustive()
+    }
 }
 
 impl WorkerPool {
@@ -57,6 +71,12 @@ impl WorkerPool {
             out: Arc::new(reply.clone()),
             cluster,
         };
+        let inline = Arc::new(inline::Parts {
+            reply: reply.clone(),
+            link: link.clone(),
+            slots: slots.clone(),
+            queue: tx.clone(),
+        });
         for i in 0..workers {
             let rx = rx.clone();
             let (link, reply, slots) = (link.clone(), reply.clone(), slots.clone());
@@ -64,11 +84,26 @@ impl WorkerPool {
                 .name(format!("ankh-worker-{i}"))
                 .spawn(move || worker::Worker::new(reply, link, slots).run(rx))?;
         }
-        Ok(WorkerPool { tx, rx })
+        Ok(WorkerPool { tx, rx, inline })
+    }
+
+    /// Makes this thread, event loop `shard`, run calls itself (see [`inline`]).
+    pub fn run_calls_here(&self, shard: usize) {
+        reply::set_this_loop(shard);
+        inline::install(self.inline.clone(), shard);
+    }
+
+    /// Starts a job on this thread if it is an event loop that runs calls and a call permit
+    /// is free; queues it otherwise, or gives it back if the queue is full.
+    pub fn submit(&self, job: Box<Job>) -> Result<(), Busy> {
+        match inline::try_start(job) {
+            Ok(()) => Ok(()),
+            Err(job) => self.submit_queued(job),
+        }
     }
 
     /// Queues a job, or gives it back if the queue is full.
-    pub fn submit(&self, job: Box<Job>) -> Result<(), Busy> {
+    pub fn submit_queued(&self, job: Box<Job>) -> Result<(), Busy> {
         match self.tx.try_send(job) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => Err(Busy(job)),

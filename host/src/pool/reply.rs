@@ -2,6 +2,7 @@
 //! which also wakes the loop. [`Replies`] holds one per loop and picks the loop a reply is
 //! for. The pool never names mio: the wake-up is a plain function.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -54,10 +55,29 @@ pub enum Reply {
     Unstarted { conn: ConnId, seq: u64 },
 }
 
+thread_local! {
+    /// The event loop this thread runs, if it runs one (`usize::MAX` if not).
+    static THIS_LOOP: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// Says that this thread runs event loop `shard`: replies it sends to itself (from calls it
+/// runs, see [`super::inline`]) are queued without waking it, since it delivers its replies
+/// before it next waits.
+pub fn set_this_loop(shard: usize) {
+    THIS_LOOP.with(|l| l.set(shard));
+}
+
+/// Whether this thread runs event loop `shard`.
+pub(super) fn on_loop(shard: usize) -> bool {
+    THIS_LOOP.with(Cell::get) == shard
+}
+
 /// The sending half of the reply queue. Cloned into every worker.
 #[derive(Clone)]
 pub struct ReplyTx {
     tx: Sender<Reply>,
+    /// The loop this queue belongs to (set by [`Replies::new`]).
+    shard: usize,
     /// Set while a wake-up is pending, so a burst of replies wakes the I/O thread once.
     pending: Arc<AtomicBool>,
     wake: Arc<dyn Fn() + Send + Sync>,
@@ -83,6 +103,7 @@ pub fn reply_channel(wake: Arc<dyn Fn() + Send + Sync>) -> (ReplyTx, ReplyRx) {
     (
         ReplyTx {
             tx,
+            shard: usize::MAX,
             pending: pending.clone(),
             wake,
         },
@@ -93,7 +114,14 @@ pub fn reply_channel(wake: Arc<dyn Fn() + Send + Sync>) -> (ReplyTx, ReplyRx) {
 impl ReplyTx {
     /// Queues a reply and wakes the I/O thread unless a wake-up is already pending.
     pub fn send(&self, reply: Reply) {
-        if self.tx.send(reply).is_ok() && !self.pending.swap(true, Ordering::AcqRel) {
+        if self.tx.send(reply).is_ok() && !on_loop(self.shard) {
+            self.wake();
+        }
+    }
+
+    /// Wakes the I/O thread unless a wake-up is already pending.
+    pub(super) fn wake(&self) {
+        if !self.pending.swap(true, Ordering::AcqRel) {
             (self.wake)();
         }
     }
@@ -105,6 +133,11 @@ impl ReplyRx {
     pub fn drain(&self) -> impl Iterator<Item = Reply> + '_ {
         self.pending.store(false, Ordering::Release);
         self.rx.try_iter()
+    }
+
+    /// Whether replies wait to be taken.
+    pub fn is_empty(&self) -> bool {
+        self.rx.is_empty()
     }
 }
 
@@ -118,8 +151,11 @@ pub struct Replies {
 }
 
 impl Replies {
-    pub fn new(loops: Vec<ReplyTx>) -> Self {
+    pub fn new(mut loops: Vec<ReplyTx>) -> Self {
         assert!(!loops.is_empty(), "at least one event loop");
+        for (shard, tx) in loops.iter_mut().enumerate() {
+            tx.shard = shard;
+        }
         Replies {
             loops: loops.into(),
             publishing: Arc::default(),

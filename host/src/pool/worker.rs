@@ -1,14 +1,17 @@
 //! One worker thread: an executor of plugin calls.
 //!
 //! It takes a job from the shared queue and starts its call ([`super::call`]): the first poll
-//! runs the guest until it finishes or first waits. A call that waits (a sleep, a socket, a
+//! runs the guest until it finishes or first waits. (Most calls never get here: an event loop
+//! starts a call itself when a permit is free, and hands it to the queue only once its guest
+//! has computed for a tick; see [`super::inline`]. The worker then resumes it.) A call that waits (a sleep, a socket, a
 //! key-value commit: every wait of a guest goes through the host) is suspended on its fiber,
 //! and the worker takes the next job or resumes another call. When a wait is over, its waker
 //! pushes the call onto this worker's ready list, and the worker polls it again.
 //!
-//! - A call stays on the worker that started it: its fiber and instance are polled by one
-//!   thread, and a wake-up is a push onto that worker's list (measured against a shared ready
-//!   queue that any worker serves: see the README).
+//! - A call stays on the worker that started or resumed it: its fiber and instance are polled
+//!   by one thread, and a wake-up is a push onto that worker's list (measured against a shared
+//!   ready queue that any worker serves: see the README). The calls themselves are kept by
+//!   [`super::tasks::Tasks`].
 //! - Calls in flight across all workers are bounded by `max_calls`: a worker takes a permit
 //!   ([`CallSlots`]) before it takes a job, and the call gives it back when it is over. While
 //!   none is free a worker only resumes its own calls, and new jobs wait in the queue.
@@ -21,84 +24,22 @@
 //!
 //! Nothing a plugin does can end this loop.
 
-use std::future::Future;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use slab::Slab;
 
-use super::call::{Call, Fallback};
-use crate::message::{Compressed, DeflateWindow, WsEvent, WsMessage};
-use crate::pool::job::{EventJob, Job};
-use crate::pool::reply::{Inflated, Replies};
-use crate::proto::frame::Violation;
-use crate::proto::ws_deflate::{Codec, InflateError};
+use super::tasks::{Polled, Tasks, running};
+use crate::pool::job::Job;
+use crate::pool::reply::Replies;
+use crate::proto::ws_deflate::Codec;
 use crate::runtime::state::WsLink;
 use crate::runtime::timer::Local;
 
 /// How long a worker with calls in flight but no deadline sleeps before it looks again
 /// (their waits wake it; this only bounds a wait that nothing would end).
 const IDLE_WAKE: Duration = Duration::from_secs(1);
-
-/// A call in flight: its future (the guest on a fiber, suspended or not), and how to answer
-/// for it should the host panic while running it.
-struct Task {
-    future: Pin<Box<dyn Future<Output = ()> + Send>>,
-    waker: Waker,
-    generation: u64,
-    fallback: Fallback,
-}
-
-/// A task's place in the slab and the generation it was started in: a late wake-up of a
-/// finished call must not poll the call that took its slot since.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct TaskId {
-    slot: usize,
-    generation: u64,
-}
-
-/// The calls of one worker that are ready to resume, pushed by their wakers from any thread.
-struct ReadyList {
-    ids: Mutex<Vec<TaskId>>,
-    /// True while `ids` is not empty: read by the epoch check of a computing guest (see
-    /// [`crate::runtime::exec::others_ready`]).
-    any: Arc<AtomicBool>,
-    /// One token wakes the worker when it waits for a job or a wake-up.
-    signal: Sender<()>,
-}
-
-/// The waker of one call of one worker.
-struct TaskWaker {
-    id: TaskId,
-    ready: Arc<ReadyList>,
-}
-
-impl Wake for TaskWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        let mut ids = self
-            .ready
-            .ids
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let first = ids.is_empty();
-        ids.push(self.id);
-        self.ready.any.store(true, Ordering::Relaxed);
-        drop(ids);
-        if first {
-            // The worker takes every id at once, so one token per batch is enough.
-            let _ = self.ready.signal.try_send(());
-        }
-    }
-}
 
 /// The bound on calls in flight across the workers: `max_calls` permits, each a token in a
 /// channel (a semaphore whose waits can be selected with others). Calls in flight are counted
@@ -122,12 +63,17 @@ impl CallSlots {
         }
     }
 
-    fn in_flight(&self) -> &AtomicI64 {
+    pub(super) fn in_flight(&self) -> &AtomicI64 {
         &self.metrics.calls_in_flight
     }
 
-    fn release(&self) {
+    pub(super) fn release(&self) {
         let _ = self.give_back.try_send(());
+    }
+
+    /// A permit if one is free now.
+    pub(super) fn try_take(&self) -> bool {
+        self.permits.try_recv().is_ok()
     }
 }
 
@@ -138,42 +84,33 @@ pub(super) struct Worker {
     slots: Arc<CallSlots>,
     /// Inflates compressed WebSocket messages (its inflater is made on first use).
     codec: Codec,
-    tasks: Slab<Task>,
+    tasks: Tasks,
     /// A permit taken for the next job (see [`CallSlots`]).
     permit: bool,
-    /// Bumped for every call started.
-    generation: u64,
-    ready: Arc<ReadyList>,
     wakeups: Receiver<()>,
-    /// Taken from `ready.ids` each round (the two swap, so neither allocates).
-    due: Vec<TaskId>,
 }
 
 impl Worker {
     pub(super) fn new(reply: Replies, link: WsLink, slots: Arc<CallSlots>) -> Self {
-        let (signal, wakeups) = crossbeam_channel::bounded(1);
+        let (signal, wakeups): (Sender<()>, _) = crossbeam_channel::bounded(1);
+        let signal = Box::new(move || {
+            let _ = signal.try_send(());
+        });
         Worker {
+            tasks: Tasks::new(reply.clone(), slots.clone(), signal, false),
             reply,
             link,
             slots,
             codec: Codec::default(),
-            tasks: Slab::new(),
             permit: false,
-            generation: 0,
-            ready: Arc::new(ReadyList {
-                ids: Mutex::new(Vec::new()),
-                any: Arc::new(AtomicBool::new(false)),
-                signal,
-            }),
             wakeups,
-            due: Vec::new(),
         }
     }
 
     pub(super) fn run(mut self, rx: Receiver<Box<Job>>) {
         let queue = rx.clone();
         crate::runtime::exec::set_executor(crate::runtime::exec::Executor {
-            ready: self.ready.any.clone(),
+            ready: self.tasks.ready_flag(),
             waiting: Box::new(move || !queue.is_empty()),
         });
         Local::install();
@@ -237,134 +174,20 @@ impl Worker {
 
     /// Polls every call that was woken since the last round.
     fn resume_ready(&mut self) {
-        {
-            let mut ids = self
-                .ready
-                .ids
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            std::mem::swap(&mut *ids, &mut self.due);
-            self.ready.any.store(false, Ordering::Relaxed);
-        }
-        let mut due = std::mem::take(&mut self.due);
-        for id in due.drain(..) {
-            self.poll(id);
-        }
-        self.due = due;
+        self.tasks
+            .resume_ready(|_, _| unreachable!("a worker keeps the calls it computes"));
     }
 
-    /// Starts a call with the permit this worker holds: its first poll runs the guest until
-    /// it finishes or first waits.
+    /// Starts a job: its first poll runs the guest until it finishes or first waits. A new
+    /// call takes the permit this worker holds; a call an event loop handed on brings its own.
     fn start(&mut self, job: Job) {
-        debug_assert!(self.permit, "a call starts with a permit");
-        self.permit = false;
-        let (fallback, future): (Fallback, Pin<Box<dyn Future<Output = ()> + Send>>) = match job {
-            Job::Request(job) => {
-                let fallback = Fallback::for_request(&job);
-                let call = Call::new(job.plugin.clone(), self.reply.clone(), self.link.clone());
-                (fallback, Box::pin(call.serve(job)))
-            }
-            Job::Event(job) => {
-                let fallback = Fallback::for_event(&job);
-                let EventJob {
-                    conn,
-                    ws,
-                    plugin,
-                    event,
-                } = job;
-                // A compressed message is inflated here, off the I/O thread; one that breaks
-                // a rule never reaches the plugin, and the I/O thread fails its connection.
-                let (event, inflated) = match event {
-                    WsEvent::Compressed(compressed) => {
-                        let (message, window) = self.inflate(compressed);
-                        let result = message.as_ref().map(drop).map_err(|v| *v);
-                        let inflated = Inflated { window, result };
-                        (message.ok().map(WsEvent::Message), Some(inflated))
-                    }
-                    event => (Some(event), None),
-                };
-                let call = Call::new(plugin, self.reply.clone(), self.link.clone());
-                (fallback, Box::pin(call.deliver(conn, ws, event, inflated)))
-            }
+        if !matches!(job, Job::Resume(_)) {
+            debug_assert!(self.permit, "a call starts with a permit");
+            self.permit = false;
+        }
+        let running = running(job, &self.reply, &self.link, &mut self.codec, &self.slots);
+        let Polled::Stays = self.tasks.spawn(running) else {
+            unreachable!("a worker keeps the calls it computes")
         };
-        self.slots.in_flight().fetch_add(1, Ordering::Relaxed);
-        self.generation += 1;
-        let entry = self.tasks.vacant_entry();
-        let id = TaskId {
-            slot: entry.key(),
-            generation: self.generation,
-        };
-        let waker = Waker::from(Arc::new(TaskWaker {
-            id,
-            ready: self.ready.clone(),
-        }));
-        entry.insert(Task {
-            future,
-            waker,
-            generation: id.generation,
-            fallback,
-        });
-        self.poll(id);
-    }
-
-    /// Runs call `id` until it finishes or waits. A late wake-up (of a call already done)
-    /// finds nothing to do.
-    fn poll(&mut self, id: TaskId) {
-        let Some(task) = self.tasks.get_mut(id.slot) else {
-            return;
-        };
-        if task.generation != id.generation {
-            return;
-        }
-        let waker = task.waker.clone();
-        let mut cx = Context::from_waker(&waker);
-        let polled = catch_unwind(AssertUnwindSafe(|| task.future.as_mut().poll(&mut cx)));
-        if let Ok(Poll::Pending) = polled {
-            return;
-        }
-        let task = self.tasks.remove(id.slot);
-        self.slots.in_flight().fetch_sub(1, Ordering::Relaxed);
-        self.slots.release();
-        if polled.is_err() {
-            // A bug in the host, not in the plugin: answer for the call. Its instance went
-            // with the future.
-            task.fallback.answer(&self.reply);
-        }
-    }
-
-    /// A compressed message inflated against the client's window (which it grows), within its
-    /// limit, and checked for UTF-8 if it is text.
-    fn inflate(
-        &mut self,
-        compressed: Compressed,
-    ) -> (Result<WsMessage, Violation>, Option<DeflateWindow>) {
-        let Compressed {
-            text,
-            payload,
-            max,
-            mut window,
-        } = compressed;
-        let failures = self.codec.counts.failures;
-        let inflated = self.codec.inflate(&payload, window.as_mut(), max);
-        if self.codec.counts.failures > failures {
-            tracing::error!(
-                "the deflate library panicked (a bug there); the inflater was replaced and the connection failed (1007)"
-            );
-        }
-        let message = inflated
-            .map_err(|e| match e {
-                InflateError::TooBig => Violation::TooBig,
-                InflateError::Corrupt => Violation::BadCompression,
-            })
-            .and_then(|bytes| {
-                if text {
-                    String::from_utf8(bytes)
-                        .map(WsMessage::Text)
-                        .map_err(|_| Violation::InvalidUtf8)
-                } else {
-                    Ok(WsMessage::Binary(bytes))
-                }
-            });
-        (message, window)
     }
 }

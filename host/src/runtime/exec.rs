@@ -4,7 +4,7 @@
 //! see [`crate::pool`] for the executor the workers run). Outside the workers (loading a
 //! plugin, tests, benchmarks) one call at a time is simply driven on the calling thread.
 
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,6 +49,19 @@ pub struct Executor {
 
 thread_local! {
     static EXECUTOR: OnceCell<Executor> = const { OnceCell::new() };
+    /// Set when a guest on this thread gave its thread up at an epoch tick while computing.
+    static YIELDED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A guest on this thread is giving its thread up at an epoch tick, still computing.
+pub fn note_yield() {
+    YIELDED.with(|y| y.set(true));
+}
+
+/// Whether a guest yielded at an epoch tick since the last call (and forgets it): an
+/// executor that hands computing calls on asks after each poll.
+pub fn take_yield() -> bool {
+    YIELDED.with(|y| y.replace(false))
 }
 
 /// Tells this thread's epoch checks about its executor (once per thread).

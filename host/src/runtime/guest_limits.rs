@@ -89,6 +89,7 @@ pub fn configure_store(store: &mut Store<HostState>) {
                 // worker that are ready to resume and to jobs waiting to start, rather than
                 // holding it until it is done.
                 state.budget.yielded();
+                super::exec::note_yield();
                 Ok(wasmtime::UpdateDeadline::Yield(1))
             } else {
                 Ok(wasmtime::UpdateDeadline::Continue(1))
