@@ -54,8 +54,8 @@ thread_local! {
     static INLINE: RefCell<Option<Inline>> = const { RefCell::new(None) };
 }
 
-/// Makes this thread (event loop `shard`) run calls itself from now on. `wake` wakes the
-/// loop from another thread.
+/// Makes this thread (event loop `shard`) run calls itself from now on. A call woken from
+/// another thread wakes the loop through its reply queue's waker.
 pub(super) fn install(parts: Arc<Parts>, shard: usize) {
     let wake_loop = parts.reply.to(shard).clone();
     let signal = Box::new(move || {
