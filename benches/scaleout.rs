@@ -207,15 +207,6 @@ fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let Some(close) = stat.rfind(')') else {
@@ -252,7 +243,11 @@ fn hundred_thousand(plugin: &std::path::Path) {
     let mut publisher = TcpStream::connect(ankh.addr).unwrap();
     upgrade(&mut publisher);
     std::thread::sleep(Duration::from_millis(500));
-    let rss = |pids: &[u32]| pids.iter().map(|p| rss_kib(*p)).sum::<u64>();
+    let rss = |pids: &[u32]| {
+        pids.iter()
+            .map(|p| benches::rss_kib(*p).unwrap_or(0))
+            .sum::<u64>()
+    };
     let before = rss(&pids);
 
     let started = Instant::now();
@@ -324,7 +319,7 @@ fn hundred_thousand(plugin: &std::path::Path) {
     println!(
         "| per process | {} |",
         pids.iter()
-            .map(|p| format!("{} MiB", rss_kib(*p) / 1024))
+            .map(|p| format!("{} MiB", benches::rss_kib(*p).unwrap_or(0) / 1024))
             .collect::<Vec<_>>()
             .join(", ")
     );

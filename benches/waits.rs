@@ -26,15 +26,6 @@ const SLEEP_MS: u64 = 10_000;
 /// Threads opening the sleepers' connections.
 const OPENERS: usize = 8;
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// User plus system CPU time of process `pid`, in seconds.
 fn cpu_secs(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -89,7 +80,7 @@ fn sleepers(plugin: &std::path::Path) -> serde_json::Value {
     let addr = ankh.addr;
     // Warm: an instance, the caches, the allocator.
     let idle: Vec<Duration> = (0..10).map(|_| timed_get(addr, "/")).collect();
-    let base = rss_kib(ankh.pid());
+    let base = benches::rss_kib(ankh.pid()).expect("the server runs");
     let started = Instant::now();
     let openers: Vec<_> = (0..OPENERS)
         .map(|_| {
@@ -119,7 +110,7 @@ fn sleepers(plugin: &std::path::Path) -> serde_json::Value {
         std::thread::sleep(Duration::from_millis(20));
     }
     let all_in = started.elapsed();
-    let full = rss_kib(ankh.pid());
+    let full = benches::rss_kib(ankh.pid()).expect("the server runs");
     let instances = instances(&ankh);
     let busy: Vec<Duration> = (0..10).map(|_| timed_get(addr, "/")).collect();
     let mut ok = 0;

@@ -115,15 +115,6 @@ fn rate(count: &AtomicU64, stop: &AtomicBool, threads: Vec<std::thread::JoinHand
     done as f64 / elapsed
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// The first of a fresh range of source addresses (127.0.0.N) for `IDLE_CONNECTIONS`
 /// connections, 10,000 per address: each phase that opens them has its own, since the
 /// closed connections of an earlier phase hold their ports (TIME_WAIT) for a minute.
@@ -256,7 +247,7 @@ fn idle_and_publish(plugin: &std::path::Path, cores: usize, io_threads: usize) {
     // Warm: one connection, so instances and the pool exist before the baseline.
     let warm = open_raw(ankh.addr, 1);
     std::thread::sleep(Duration::from_millis(300));
-    let before = rss_kib(pid);
+    let before = benches::rss_kib(pid).expect("the server runs");
     let started = Instant::now();
     let sources = fresh_sources();
     let mut clients: Vec<TcpStream> = (0..IDLE_CONNECTIONS)
@@ -264,7 +255,7 @@ fn idle_and_publish(plugin: &std::path::Path, cores: usize, io_threads: usize) {
         .collect();
     let connect_time = started.elapsed();
     std::thread::sleep(Duration::from_secs(1));
-    let after = rss_kib(pid);
+    let after = benches::rss_kib(pid).expect("the server runs");
     let per_conn = (after.saturating_sub(before)) as f64 * 1024.0 / IDLE_CONNECTIONS as f64;
     println!();
     println!("| {IDLE_CONNECTIONS} idle WebSockets, {io_threads} I/O thread(s) | value |");
@@ -489,7 +480,7 @@ fn compression(plugin: &std::path::Path, cores: usize) {
         let pid = ankh.pid();
         let mut publisher = open_raw(ankh.addr, 1);
         std::thread::sleep(Duration::from_millis(300));
-        let before = rss_kib(pid);
+        let before = benches::rss_kib(pid).expect("the server runs");
         let sources = fresh_sources();
         let mut clients: Vec<BufReader<TcpStream>> = (0..IDLE_CONNECTIONS)
             .map(|i| {
@@ -499,7 +490,7 @@ fn compression(plugin: &std::path::Path, cores: usize) {
             })
             .collect();
         std::thread::sleep(Duration::from_secs(1));
-        let after = rss_kib(pid);
+        let after = benches::rss_kib(pid).expect("the server runs");
         let per_conn = (after.saturating_sub(before)) as f64 * 1024.0 / IDLE_CONNECTIONS as f64;
         let compressions = deflated_total(admin);
         let started = Instant::now();
@@ -524,7 +515,7 @@ fn compression(plugin: &std::path::Path, cores: usize) {
             read_frame(c);
         }
         std::thread::sleep(Duration::from_millis(500));
-        let after_traffic = rss_kib(pid);
+        let after_traffic = benches::rss_kib(pid).expect("the server runs");
         let per_conn_after =
             (after_traffic.saturating_sub(before)) as f64 * 1024.0 / IDLE_CONNECTIONS as f64;
         println!(
