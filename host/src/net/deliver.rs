@@ -181,8 +181,11 @@ impl EventLoop {
 
     /// Every reply the workers queued, each to the connection it is for.
     pub(super) fn deliver_replies(&mut self) {
-        let replies: Vec<_> = self.replies.drain().collect();
-        for reply in replies {
+        // Those queued now: replies their handling queues wait for the next round.
+        for _ in 0..self.replies.begin_taking() {
+            let Some(reply) = self.replies.take() else {
+                break;
+            };
             match reply {
                 Reply::Response {
                     conn,

@@ -296,7 +296,13 @@ impl EventLoop {
                     // The calls it rang for are resumed below.
                     ALARM => self.alarm.rang(),
                     Token(slot) => {
-                        self.on_conn_event(slot, event.is_read_closed() || event.is_error())
+                        self.on_conn_event(slot, event.is_read_closed() || event.is_error());
+                        // A call the event started here may have answered already: written
+                        // now, while its bytes are warm, rather than after every other
+                        // event, so answers never pile up for a whole batch of events.
+                        if !self.replies.is_empty() {
+                            self.deliver_replies();
+                        }
                     }
                 }
             }

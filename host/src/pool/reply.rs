@@ -128,11 +128,17 @@ impl ReplyTx {
 }
 
 impl ReplyRx {
-    /// Takes every queued reply. Clears the pending flag first, so a reply sent while draining
-    /// triggers a new wake-up rather than being missed.
-    pub fn drain(&self) -> impl Iterator<Item = Reply> + '_ {
+    /// How many replies are queued now, to be taken with [`ReplyRx::take`]. Clears the
+    /// pending flag first, so a reply sent meanwhile triggers a new wake-up rather than being
+    /// missed.
+    pub fn begin_taking(&self) -> usize {
         self.pending.store(false, Ordering::Release);
-        self.rx.try_iter()
+        self.rx.len()
+    }
+
+    /// The oldest queued reply.
+    pub fn take(&self) -> Option<Reply> {
+        self.rx.try_recv().ok()
     }
 
     /// Whether replies wait to be taken.
