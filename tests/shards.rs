@@ -116,6 +116,70 @@ fn one_io_thread_is_one_loop() {
     assert_eq!(per_loop(&s), vec![1.0]);
 }
 
+/// The sum over the loops of counter `name`.
+fn loops_total(s: &TestServer, name: &str) -> f64 {
+    scrape(admin_addr(s))
+        .samples
+        .iter()
+        .filter(|m| m.metric == name)
+        .map(|m| match m.value {
+            prometheus_parse::Value::Counter(v) => v,
+            ref other => panic!("{name} is not a counter: {other:?}"),
+        })
+        .sum()
+}
+
+#[test]
+fn calls_start_on_their_loop_and_computing_ones_move_to_the_workers() {
+    let s = server(2);
+    let mut c = s.connect();
+    for i in 0..20 {
+        assert_eq!(get_on(&mut c, &format!("n{i}")), format!("n{i}"));
+    }
+    // With permits free, every call starts on the loop that read its request.
+    let started = loops_total(&s, "ankh_io_loop_calls_started_total");
+    assert!(started >= 20.0, "{started} calls started on loops");
+    // A guest computing for many epoch ticks leaves its loop for the workers, and finishes.
+    let handed_on = loops_total(&s, "ankh_io_loop_calls_handed_on_total");
+    let (status, body) = s.get("/probe/work?n=200");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with("worked"), "{body}");
+    let after = loops_total(&s, "ankh_io_loop_calls_handed_on_total");
+    assert!(after > handed_on, "handed on: {handed_on} -> {after}");
+}
+
+#[test]
+fn with_fewer_loops_than_cores_computing_calls_still_reach_every_core() {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    if cores < 2 {
+        eprintln!("skipped: one core, so one loop is not fewer than the cores");
+        return;
+    }
+    // One loop on several cores: a loop that spent its guest budget since its last poll
+    // queues the round's further calls for the workers, which run on the other cores.
+    let s = server(1);
+    let clients = 8;
+    let each = 10;
+    std::thread::scope(|scope| {
+        for _ in 0..clients {
+            scope.spawn(|| {
+                let mut c = s.connect();
+                for _ in 0..each {
+                    write!(c, "GET /probe/work?n=3 HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+                    let r = read_response(&mut BufReader::new(c.try_clone().unwrap()), false);
+                    assert_eq!(r.status, 200, "{}", r.text());
+                }
+            });
+        }
+    });
+    let started = loops_total(&s, "ankh_io_loop_calls_started_total");
+    let total = (clients * each) as f64;
+    assert!(
+        started < total,
+        "all {total} computing calls started on the one loop ({started})"
+    );
+}
+
 /// Four WebSockets, alternating between the two loops.
 fn four_clients(s: &TestServer) -> Vec<(Client, u64)> {
     let clients: Vec<_> = (0..4).map(|_| probe_client(s)).collect();

@@ -100,9 +100,10 @@ impl Dispatcher {
         })
     }
 
-    /// Makes this thread, event loop `shard`, run calls itself (see [`crate::pool::inline`]).
-    pub fn run_calls_here(&self, shard: usize) {
-        self.pool.run_calls_here(shard);
+    /// Makes this thread, event loop `shard` of `loops`, run calls itself (see
+    /// [`crate::pool::inline`]).
+    pub fn run_calls_here(&self, shard: usize, loops: usize) {
+        self.pool.run_calls_here(shard, loops);
     }
 
     /// A probe that reads the queue depth from any thread.

@@ -46,6 +46,11 @@ pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Period of the epoch ticker that checks the deadline. The deadline is enforced within one tick.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
+/// Where event loops are fewer than cores: the guest time one loop spends on the calls it
+/// starts itself between two polls. Past it, the round's new calls go to the workers, which
+/// run on the cores no loop holds (where every core has a loop, a loop keeps them all).
+pub const LOOP_GUEST_BUDGET: Duration = Duration::from_millis(1);
+
 /// Linear memory one plugin instance may grow to; past it the instance traps: 500.
 pub const GUEST_MEMORY_BYTES: usize = 64 * 1024 * 1024;
 

@@ -48,6 +48,10 @@ pub struct IoLoop {
     connections: AtomicI64,
     /// Time spent handling readiness, replies and timers, rather than waiting in `poll`.
     busy_ns: AtomicU64,
+    /// Plugin calls this loop started itself rather than queueing them for the workers.
+    calls_started: AtomicU64,
+    /// Of those, the calls still computing at an epoch tick, moved to the workers.
+    calls_handed_on: AtomicU64,
 }
 
 impl IoLoop {
@@ -61,6 +65,14 @@ impl IoLoop {
 
     pub fn open(&self) -> i64 {
         self.connections.load(Ordering::Relaxed)
+    }
+
+    pub fn call_started(&self) {
+        self.calls_started.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn call_handed_on(&self) {
+        self.calls_handed_on.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn busy(&self, spent: Duration) {
@@ -158,6 +170,8 @@ impl Metrics {
         static UNCOUNTED: IoLoop = IoLoop {
             connections: AtomicI64::new(0),
             busy_ns: AtomicU64::new(0),
+            calls_started: AtomicU64::new(0),
+            calls_handed_on: AtomicU64::new(0),
         };
         self.io_loops
             .get()
@@ -309,6 +323,32 @@ impl Metrics {
                     out,
                     "ankh_io_loop_busy_seconds_total{{loop=\"{shard}\"}} {:.6}",
                     l.busy_ns.load(Ordering::Relaxed) as f64 / 1e9
+                );
+            }
+            family(
+                &mut out,
+                "ankh_io_loop_calls_started_total",
+                "Plugin calls each event loop started itself rather than queueing them for the workers.",
+                "counter",
+            );
+            for (shard, l) in loops.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "ankh_io_loop_calls_started_total{{loop=\"{shard}\"}} {}",
+                    l.calls_started.load(Ordering::Relaxed)
+                );
+            }
+            family(
+                &mut out,
+                "ankh_io_loop_calls_handed_on_total",
+                "Calls an event loop started that were still computing at an epoch tick, and moved to the workers.",
+                "counter",
+            );
+            for (shard, l) in loops.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "ankh_io_loop_calls_handed_on_total{{loop=\"{shard}\"}} {}",
+                    l.calls_handed_on.load(Ordering::Relaxed)
                 );
             }
         }

@@ -233,7 +233,7 @@ impl EventLoop {
     /// can (see [`crate::pool::inline`]), within wasmtime-wasi's tokio runtime as the workers
     /// do (WASI's sockets and files need a reactor to register with).
     pub fn run(self) -> io::Result<Ended> {
-        self.dispatcher.run_calls_here(self.shard);
+        self.dispatcher.run_calls_here(self.shard, self.lanes.len());
         wasmtime_wasi::runtime::with_ambient_tokio_runtime(move || self.serve())
     }
 
@@ -284,6 +284,7 @@ impl EventLoop {
                 return Err(e);
             }
             let busy_from = Instant::now();
+            crate::pool::inline::new_round();
             // Calls whose deadlines passed first: their answers are late already.
             crate::pool::inline::run_ready();
             for event in &events {

@@ -15,12 +15,16 @@
 //! pool, where it finishes beside the other CPU-bound calls. A loop is thus held by one guest
 //! for at most one epoch tick.
 //!
+//! Where loops are fewer than cores, the workers are also how calls reach the other cores: a
+//! loop that has spent [`LOOP_GUEST_BUDGET`](crate::limits::LOOP_GUEST_BUDGET) on guests
+//! since its last poll queues the round's further calls for them.
+//!
 //! Jobs that carry their own work before the guest runs (a compressed WebSocket message to
 //! inflate) and jobs that find no free permit go to the pool's queue as before.
 
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError};
 
@@ -40,14 +44,21 @@ pub(super) struct Parts {
     pub slots: Arc<CallSlots>,
     /// The workers' queue, for calls handed on.
     pub queue: Sender<Box<Job>>,
+    /// Where each loop counts the calls it starts and hands on.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 struct Inline {
     parts: Arc<Parts>,
+    shard: usize,
     tasks: Tasks,
     /// Unused by the calls a loop starts (compressed messages go to the pool), but every
     /// call is made the same way.
     codec: Codec,
+    /// Guest time per round this loop keeps for itself (`None`: all of it).
+    budget: Option<Duration>,
+    /// Guest time spent on calls started since the round began.
+    spent: Duration,
 }
 
 thread_local! {
@@ -56,7 +67,7 @@ thread_local! {
 
 /// Makes this thread (event loop `shard`) run calls itself from now on. A call woken from
 /// another thread wakes the loop through its reply queue's waker.
-pub(super) fn install(parts: Arc<Parts>, shard: usize) {
+pub(super) fn install(parts: Arc<Parts>, shard: usize, budget: Option<Duration>) {
     let wake_loop = parts.reply.to(shard).clone();
     let signal = Box::new(move || {
         // On the loop itself, nothing to wake: it resumes its calls before it next waits.
@@ -74,8 +85,11 @@ pub(super) fn install(parts: Arc<Parts>, shard: usize) {
     INLINE.with(|cell| {
         *cell.borrow_mut() = Some(Inline {
             parts,
+            shard,
             tasks,
             codec: Codec::default(),
+            budget,
+            spent: Duration::ZERO,
         })
     });
 }
@@ -100,10 +114,15 @@ pub(super) fn try_start(job: Box<Job>) -> Result<(), Box<Job>> {
         let Some(inline) = inline.as_mut() else {
             return Err(job);
         };
-        if !inline.parts.slots.try_take() {
+        if inline.budget.is_some_and(|budget| inline.spent >= budget)
+            || !inline.parts.slots.try_take()
+        {
             return Err(job);
         }
+        let started = inline.budget.map(|_| Instant::now());
         let parts = inline.parts.clone();
+        let counts = parts.metrics.io_loop(inline.shard);
+        counts.call_started();
         let running = running(
             *job,
             &parts.reply,
@@ -112,10 +131,25 @@ pub(super) fn try_start(job: Box<Job>) -> Result<(), Box<Job>> {
             &parts.slots,
         );
         if let Polled::Computing(running) = inline.tasks.spawn(running) {
+            counts.call_handed_on();
             hand_on(&parts.queue, &mut inline.tasks, running);
+        }
+        if let Some(started) = started {
+            inline.spent += started.elapsed();
         }
         Ok(())
     })
+}
+
+/// A new round of the loop (it just polled): its guest budget is whole again.
+pub fn new_round() {
+    INLINE.with(|cell| {
+        if let Ok(mut inline) = cell.try_borrow_mut()
+            && let Some(inline) = inline.as_mut()
+        {
+            inline.spent = Duration::ZERO;
+        }
+    });
 }
 
 /// Fires this loop's due deadlines and resumes its calls that were woken.
@@ -129,10 +163,12 @@ pub fn run_ready() {
             return;
         };
         if inline.tasks.any_ready() {
-            let queue = inline.parts.queue.clone();
-            inline
-                .tasks
-                .resume_ready(|tasks, running| hand_on(&queue, tasks, running));
+            let parts = inline.parts.clone();
+            let counts = parts.metrics.io_loop(inline.shard);
+            inline.tasks.resume_ready(|tasks, running| {
+                counts.call_handed_on();
+                hand_on(&parts.queue, tasks, running)
+            });
         }
     });
 }

@@ -65,7 +65,7 @@ impl WorkerPool {
         metrics: Arc<crate::metrics::Metrics>,
     ) -> std::io::Result<Self> {
         let (tx, rx) = crossbeam_channel::bounded::<Box<Job>>(queue_depth);
-        let slots = Arc::new(worker::CallSlots::new(max_calls, metrics));
+        let slots = Arc::new(worker::CallSlots::new(max_calls, metrics.clone()));
         let link = WsLink {
             hub,
             out: Arc::new(reply.clone()),
@@ -76,6 +76,7 @@ impl WorkerPool {
             link: link.clone(),
             slots: slots.clone(),
             queue: tx.clone(),
+            metrics,
         });
         for i in 0..workers {
             let rx = rx.clone();
@@ -88,9 +89,11 @@ impl WorkerPool {
     }
 
     /// Makes this thread, event loop `shard`, run calls itself (see [`inline`]).
-    pub fn run_calls_here(&self, shard: usize) {
+    pub fn run_calls_here(&self, shard: usize, loops: usize) {
         reply::set_this_loop(shard);
-        inline::install(self.inline.clone(), shard);
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let budget = (loops < cores).then_some(crate::limits::LOOP_GUEST_BUDGET);
+        inline::install(self.inline.clone(), shard, budget);
     }
 
     /// Starts a job on this thread if it is an event loop that runs calls and a call permit
