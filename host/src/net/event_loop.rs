@@ -52,6 +52,10 @@ const RUN_ROUNDS: usize = 4;
 /// Readiness events taken per `poll`.
 const EVENTS_PER_POLL: usize = 1024;
 
+/// Within a batch of events, the loop resumes its due calls (and writes their answers) after
+/// this many.
+const EVENTS_PER_CALL_ROUND: usize = 64;
+
 /// What the loops have been asked to do, set from any thread.
 pub(super) const RUN: u8 = 0;
 pub(super) const DRAIN: u8 = 1;
@@ -285,9 +289,14 @@ impl EventLoop {
             }
             let busy_from = Instant::now();
             crate::pool::inline::new_round();
-            // Calls whose deadlines passed first: their answers are late already.
-            crate::pool::inline::run_ready();
-            for event in &events {
+            // Calls whose deadlines passed first: their answers are late already, and are
+            // written before the batch of events is handled.
+            self.run_calls();
+            for (n, event) in events.iter().enumerate() {
+                // A long batch does not hold back the calls whose deadlines pass meanwhile.
+                if n % EVENTS_PER_CALL_ROUND == EVENTS_PER_CALL_ROUND - 1 {
+                    self.run_calls();
+                }
                 match event.token() {
                     LISTENER => self.accept(),
                     WAKER => {
@@ -322,6 +331,14 @@ impl EventLoop {
                 self.sweep(now);
             }
             self.metrics.io_loop(self.shard).busy(busy_from.elapsed());
+        }
+    }
+
+    /// Resumes this loop's calls that were woken or are due, and writes what they answered.
+    fn run_calls(&mut self) {
+        crate::pool::inline::run_ready();
+        if !self.replies.is_empty() {
+            self.deliver_replies();
         }
     }
 
