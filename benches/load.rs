@@ -65,7 +65,12 @@ fn main() {
     } else {
         Duration::from_secs(5)
     };
-    let rounds = if quick { 1 } else { 2 };
+    // `--rounds N`: rounds per server (best kept); 2 by default, 1 with `--quick`.
+    let rounds = std::env::args()
+        .skip_while(|a| a != "--rounds")
+        .nth(1)
+        .map(|n| n.parse().expect("--rounds N"))
+        .unwrap_or(if quick { 1 } else { 2 });
     if Command::new("wrk").arg("--version").output().is_err() {
         eprintln!("the load benchmark needs wrk: apt-get install wrk");
         std::process::exit(2);
