@@ -299,58 +299,45 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
         if let Some(loops) = self.io_loops.get() {
-            family(
+            // One family with a sample per loop.
+            let per_loop = |out: &mut String,
+                            name: &str,
+                            help: &str,
+                            kind: &str,
+                            value: &dyn Fn(&IoLoop) -> String| {
+                family(out, name, help, kind);
+                for (shard, l) in loops.iter().enumerate() {
+                    let _ = writeln!(out, "{name}{{loop=\"{shard}\"}} {}", value(l));
+                }
+            };
+            per_loop(
                 &mut out,
                 "ankh_io_loop_connections",
                 "Open client connections by event loop.",
                 "gauge",
+                &|l| l.open().to_string(),
             );
-            for (shard, l) in loops.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "ankh_io_loop_connections{{loop=\"{shard}\"}} {}",
-                    l.open()
-                );
-            }
-            family(
+            per_loop(
                 &mut out,
                 "ankh_io_loop_busy_seconds_total",
                 "Time each event loop spent working rather than waiting for readiness.",
                 "counter",
+                &|l| format!("{:.6}", l.busy_ns.load(Ordering::Relaxed) as f64 / 1e9),
             );
-            for (shard, l) in loops.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "ankh_io_loop_busy_seconds_total{{loop=\"{shard}\"}} {:.6}",
-                    l.busy_ns.load(Ordering::Relaxed) as f64 / 1e9
-                );
-            }
-            family(
+            per_loop(
                 &mut out,
                 "ankh_io_loop_calls_started_total",
                 "Plugin calls each event loop started itself rather than queueing them for the workers.",
                 "counter",
+                &|l| l.calls_started.load(Ordering::Relaxed).to_string(),
             );
-            for (shard, l) in loops.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "ankh_io_loop_calls_started_total{{loop=\"{shard}\"}} {}",
-                    l.calls_started.load(Ordering::Relaxed)
-                );
-            }
-            family(
+            per_loop(
                 &mut out,
                 "ankh_io_loop_calls_handed_on_total",
                 "Calls an event loop started that were still computing at an epoch tick, and moved to the workers.",
                 "counter",
+                &|l| l.calls_handed_on.load(Ordering::Relaxed).to_string(),
             );
-            for (shard, l) in loops.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "ankh_io_loop_calls_handed_on_total{{loop=\"{shard}\"}} {}",
-                    l.calls_handed_on.load(Ordering::Relaxed)
-                );
-            }
         }
 
         let plugins = self.plugins.lock().unwrap_or_else(PoisonError::into_inner);
