@@ -6,9 +6,10 @@
 //! A loop starts the calls of its own connections itself when it can (see
 //! [`crate::pool::inline`]): a guest runs here until it finishes, waits (its fiber is then
 //! suspended, and resumed here when the wait is over), or computes past an epoch tick (it then
-//! moves to the worker pool). Its answer is queued for this loop and written before the loop
-//! next waits, with no thread woken. An [`Alarm`](super::alarm::Alarm) wakes the loop at its
-//! calls' earliest deadline, to the nanosecond.
+//! moves to the worker pool). Its answer is queued for this loop and written right after the
+//! event that started the call (or the round that resumed it), with no thread woken. An alarm
+//! (a `timerfd`, see `alarm.rs`) wakes the loop at its calls' earliest deadline, to the
+//! nanosecond.
 //!
 //! Besides readiness, the loop runs a timer sweep (every `TIMER_PERIOD`, 100 ms) that enforces
 //! each connection's deadlines, retries `accept` after the process ran out of file

@@ -2,9 +2,9 @@
 //! computing for long.
 //!
 //! When an event loop hands a job to the pool and a call permit is free, the loop starts the
-//! call on its own thread instead ([`try_start`]): the guest runs until it finishes (its
-//! response is queued for this very loop, which writes it before it next waits, with no
-//! thread woken), or until it waits (a sleep, a key-value commit, an outbound request), in
+//! call on its own thread instead (`try_start`): the guest runs until it finishes (its
+//! response is queued for this very loop, which writes it right after the event that
+//! started the call, with no thread woken), or until it waits (a sleep, a key-value commit, an outbound request), in
 //! which case its fiber is suspended and the loop goes back to its sockets. The loop resumes
 //! its calls when they are woken or their deadlines pass ([`run_ready`]), and sleeps no longer
 //! than their earliest deadline ([`next_deadline`]).
