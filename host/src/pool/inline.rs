@@ -4,10 +4,10 @@
 //! When an event loop hands a job to the pool and a call permit is free, the loop starts the
 //! call on its own thread instead (`try_start`): the guest runs until it finishes (its
 //! response is queued for this very loop, which writes it right after the event that
-//! started the call, with no thread woken), or until it waits (a sleep, a key-value commit, an outbound request), in
-//! which case its fiber is suspended and the loop goes back to its sockets. The loop resumes
-//! its calls when they are woken or their deadlines pass ([`run_ready`]), and sleeps no longer
-//! than their earliest deadline ([`next_deadline`]).
+//! started the call, with no thread woken), or until it waits (a sleep, a key-value commit,
+//! an outbound request), in which case its fiber is suspended and the loop goes back to its
+//! sockets. The loop resumes its calls when they are woken or their deadlines pass
+//! ([`run_ready`]), and sleeps no longer than their earliest deadline ([`next_deadline`]).
 //!
 //! Mummy's rule still holds: a handler never stalls the other connections of its loop for
 //! long. Waits hold no thread at all, and a guest still computing at an epoch tick yields
