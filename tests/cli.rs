@@ -132,7 +132,8 @@ fn check_reports_imports_exports_policy_and_verdict() {
     assert!(ok.status.success(), "{out}{}", stderr(&ok));
     for needle in [
         "plugin:   hello, mounted at /hello",
-        "exports:\n  ankh:plugin/handler@0.2.0\n  ankh:plugin/websocket-handler@0.2.0",
+        "exports:\n  ankh:plugin/packed-handler@0.2.0\n  ankh:plugin/handler@0.2.0\n  ankh:plugin/websocket-handler@0.2.0",
+        "world:    ankh:plugin@0.2.0 (requests as two buffers: packed-handler)",
         "wasi:cli/stdout@0.2",
         "cpu deadline:  750 ms per call",
         "verdict:  accepted",

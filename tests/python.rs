@@ -11,7 +11,7 @@ use std::process::Command;
 
 use tungstenite::Message;
 
-use crate::harness::{Options, TempDir, agent};
+use crate::harness::{Options, TempDir, agent, ankh_bin};
 
 /// Where build.sh finds componentize-py, if it is anywhere.
 pub fn componentize_py(root: &Path) -> Option<PathBuf> {
@@ -51,6 +51,17 @@ fn a_python_plugin_serves_http_kv_errors_and_websockets() {
         String::from_utf8_lossy(&built.stderr)
     );
     let wasm = out.path().join("py.wasm");
+    // componentize-py builds the `plugin` world, without the SDK's packed entry point: its
+    // requests are lowered as the record, the path every non-Rust guest takes.
+    let check = Command::new(ankh_bin())
+        .args(["check", wasm.to_str().unwrap(), "--no-cache"])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        report.contains("world:    ankh:plugin@0.2.0 (requests as a record: handler)"),
+        "{report}"
+    );
     let s = Options::default()
         .plugin(wasm.to_str().unwrap())
         .flag("--workers", 2)

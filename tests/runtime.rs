@@ -118,7 +118,7 @@ fn a_plugin_answers_through_the_runtime_alone() {
     let mut hello = instance(&runtime, "hello", plugins::HELLO);
     let kept = Kept::default();
     let (outcome, call) = block_on(hello.handle_request(
-        &request("/hello", "/hello"),
+        &mut request("/hello", "/hello"),
         call("hello", &kept),
         Cancel::default(),
     ));
@@ -140,7 +140,7 @@ fn the_runtime_alone_enforces_a_calls_limits_and_its_cancellation() {
     let mut spin = instance(&runtime, "spin", plugins::SPIN);
     let kept = Kept::default();
     let (outcome, _) = block_on(spin.handle_request(
-        &request("/spin/loop", "/spin"),
+        &mut request("/spin/loop", "/spin"),
         call("spin", &kept),
         Cancel::default(),
     ));
@@ -159,7 +159,8 @@ fn the_runtime_alone_enforces_a_calls_limits_and_its_cancellation() {
     let mut req = request("/probe/sleep", "/probe");
     req.query = "ms=60000".into();
     let started = std::time::Instant::now();
-    let (outcome, _) = block_on(probe.handle_request(&req, call("probe", &kept), cancel));
+    let (outcome, _) =
+        block_on(probe.handle_request(&mut req.clone(), call("probe", &kept), cancel));
     let Err(failure) = outcome else {
         panic!("a cancelled call fails");
     };

@@ -25,6 +25,19 @@ pub fn handle_request(build: fn() -> Router, request: wit::Request) -> wit::Outc
     })
 }
 
+/// `packed-handler.handle-request`: the same, with the request decoded from its two buffers.
+/// A head the SDK cannot read (a host bug) is answered with a 500 that says so.
+pub fn handle_packed(build: fn() -> Router, head: &[u8], body: Vec<u8>) -> wit::Outcome {
+    match crate::packed::decode(head, body) {
+        Ok(request) => handle_request(build, request),
+        Err(e) => wit::Outcome::Respond(
+            crate::Response::text(format!("ankh-guest: {e}"))
+                .with_status(500)
+                .into_raw(),
+        ),
+    }
+}
+
 /// `websocket-handler.on-open`.
 pub fn on_open<W: WebSocketHandler + Default + 'static>(conn: ConnectionId, request: wit::Request) {
     with_websocket::<W>(|handler| handler.on_open(conn, &Request::new(request)));

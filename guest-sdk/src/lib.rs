@@ -2,7 +2,9 @@
 //! `wasm32-wasip2`, and the host serves it.
 //!
 //! A plugin is a WebAssembly component that targets the `plugin` world of `wit/plugin.wit`.
-//! This crate generates the bindings for that world and puts a small, axum-like layer on top:
+//! This crate generates the bindings for that world (as `sdk-plugin`: the same world plus
+//! `packed-handler`, the entry point that takes the request as two buffers and is cheaper to
+//! call) and puts a small, axum-like layer on top:
 //! a [`Router`] with path patterns, a [`Request`] with decoded accessors, a [`Response`]
 //! builder, and thin wrappers over the host's [`kv`] store, [`log`] and [`ws`] (WebSocket)
 //! imports. One macro, [`export_plugin!`], exports the whole thing.
@@ -65,7 +67,7 @@
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "plugin",
+        world: "sdk-plugin",
         // The export macro is invoked from plugin crates through `export_plugin!`, which
         // names the types' path itself; `pub_export_macro` makes it visible to them.
         pub_export_macro: true,
@@ -81,6 +83,7 @@ mod export;
 pub mod http;
 pub mod kv;
 pub mod log;
+mod packed;
 mod pattern;
 mod percent;
 mod router;
@@ -103,7 +106,7 @@ pub mod prelude {
 /// The glue `export_plugin!` expands to. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::export::{handle_request, on_close, on_message, on_open};
+    pub use crate::export::{handle_packed, handle_request, on_close, on_message, on_open};
 }
 
 impl HttpVersion {
@@ -163,6 +166,15 @@ macro_rules! export_plugin {
             impl $crate::bindings::exports::ankh::plugin::handler::Guest for AnkhPlugin {
                 fn handle_request(request: $crate::wit::Request) -> $crate::wit::Outcome {
                     $crate::__private::handle_request($router, request)
+                }
+            }
+
+            impl $crate::bindings::exports::ankh::plugin::packed_handler::Guest for AnkhPlugin {
+                fn handle_request(
+                    head: ::std::vec::Vec<u8>,
+                    body: ::std::vec::Vec<u8>,
+                ) -> $crate::wit::Outcome {
+                    $crate::__private::handle_packed($router, &head, body)
                 }
             }
 

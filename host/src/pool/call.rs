@@ -217,8 +217,11 @@ impl Call {
         let mut job = job;
         let slot = job.slot.take();
         let cancel = job.cancel.clone();
-        let request = to_wit(job);
-        let (result, mut call) = instance.handle_request(&request, call, cancel).await;
+        let mut request = to_wit(job);
+        let (result, mut call) = instance.handle_request(&mut request, call, cancel).await;
+        // Whether or not the call took it, the body is not the WebSocket's (`on-open` gets
+        // the request without it).
+        request.body = Vec::new();
         // The call is over: free the plugin's concurrency slot before the response leaves, so
         // a client that sends its next request on receipt finds the slot free.
         drop(slot);

@@ -58,10 +58,11 @@ impl Instance {
     }
 
     /// Calls `handle-request` with `call` as the request being answered. Returns the outcome
-    /// and gives the call context back.
+    /// and gives the call context back. `request` keeps everything but its body, which may
+    /// have been moved into the guest.
     pub async fn handle_request(
         &mut self,
-        request: &types::Request,
+        request: &mut types::Request,
         call: CallContext,
         cancel: Cancel,
     ) -> (Result<types::Outcome, Failure>, CallContext) {

@@ -38,6 +38,7 @@ pub mod instances;
 pub mod kv_host;
 pub mod legacy;
 pub mod outbound;
+pub mod packed;
 pub mod plugin;
 pub mod policy;
 pub mod proxy;

@@ -261,8 +261,8 @@ impl Plugin {
         Ok(())
     }
 
-    /// The world the component targets (`ankh:plugin@0.2.0`, `ankh:plugin@0.1.0` or
-    /// `wasi:http/proxy@0.2`).
+    /// The world the component targets (`ankh:plugin@0.2.0`, with how its requests are
+    /// passed, `ankh:plugin@0.1.0` or `wasi:http/proxy@0.2`).
     pub fn world(&self) -> &'static str {
         self.pre.world()
     }

@@ -6,25 +6,32 @@
 //! never asks which one it is talking to. A standard `wasi:http/proxy` component (0.2.x)
 //! exports `wasi:http/incoming-handler`; its calls go through [`super::proxy`] and answer as
 //! ankh's own plugins do. Proxy components have no WebSocket events.
+//!
+//! A current component may also export `packed-handler` (the SDK's do): its requests are then
+//! lowered as two buffers instead of a record (see [`super::packed`]).
 
 use wasmtime::Store;
-use wasmtime::component::InstancePre;
+use wasmtime::component::{ComponentExportIndex, InstancePre, TypedFunc};
 
 use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 
 use super::bindings::{self, legacy, types};
 use super::state::HostState;
 
+/// `packed-handler.handle-request`: the head and the body of a request.
+type PackedFunc = TypedFunc<(Vec<u8>, Vec<u8>), (types::Outcome,)>;
+
 /// A pre-instantiated plugin of either world.
 pub enum Pre {
-    Current(bindings::PluginPre<HostState>),
+    /// With where its `packed-handler.handle-request` is, when it exports one.
+    Current(bindings::PluginPre<HostState>, Option<ComponentExportIndex>),
     Legacy(legacy::PluginPre<HostState>),
     Proxy(ProxyPre<HostState>),
 }
 
 /// A live instance's exports, of either world.
 pub enum Exports {
-    Current(bindings::Plugin),
+    Current(bindings::Plugin, Option<PackedFunc>),
     Legacy(legacy::Plugin),
     Proxy(Proxy),
 }
@@ -34,7 +41,13 @@ impl Pre {
     /// against `wasi:http/proxy`. The error, when none fits, is the current world's.
     pub fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Pre> {
         let e = match bindings::PluginPre::new(pre.clone()) {
-            Ok(current) => return Ok(Pre::Current(current)),
+            Ok(current) => {
+                let component = pre.component();
+                let packed = component
+                    .get_export_index(None, super::packed::INTERFACE)
+                    .and_then(|i| component.get_export_index(Some(&i), super::packed::FUNCTION));
+                return Ok(Pre::Current(current, packed));
+            }
             Err(e) => e,
         };
         if let Ok(legacy) = legacy::PluginPre::new(pre.clone()) {
@@ -53,16 +66,19 @@ impl Pre {
 
     pub fn engine(&self) -> &wasmtime::Engine {
         match self {
-            Pre::Current(p) => p.engine(),
+            Pre::Current(p, _) => p.engine(),
             Pre::Legacy(p) => p.engine(),
             Pre::Proxy(p) => p.engine(),
         }
     }
 
-    /// The world the component targets.
+    /// The world the component targets, and for the current one how its requests are passed.
     pub fn world(&self) -> &'static str {
         match self {
-            Pre::Current(_) => "ankh:plugin@0.2.0",
+            Pre::Current(_, Some(_)) => {
+                "ankh:plugin@0.2.0 (requests as two buffers: packed-handler)"
+            }
+            Pre::Current(_, None) => "ankh:plugin@0.2.0 (requests as a record: handler)",
             Pre::Legacy(_) => "ankh:plugin@0.1.0",
             Pre::Proxy(_) => "wasi:http/proxy@0.2",
         }
@@ -70,7 +86,17 @@ impl Pre {
 
     pub async fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Exports> {
         Ok(match self {
-            Pre::Current(p) => Exports::Current(p.instantiate_async(store).await?),
+            Pre::Current(p, packed) => {
+                let instance = p.instance_pre().instantiate_async(&mut *store).await?;
+                let exports = bindings::Plugin::new(&mut *store, &instance)?;
+                // A component whose export has another signature is refused here, at load
+                // (every plugin is instantiated once then).
+                let packed = match packed {
+                    Some(index) => Some(instance.get_typed_func(&mut *store, index)?),
+                    None => None,
+                };
+                Exports::Current(exports, packed)
+            }
             Pre::Legacy(p) => Exports::Legacy(p.instantiate_async(store).await?),
             Pre::Proxy(p) => Exports::Proxy(p.instantiate_async(store).await?),
         })
@@ -78,13 +104,22 @@ impl Pre {
 }
 
 impl Exports {
+    /// Calls the request handler. The body may be moved into the guest: `request` comes back
+    /// with an empty one.
     pub async fn handle_request(
         &self,
         store: &mut Store<HostState>,
-        request: &types::Request,
+        request: &mut types::Request,
     ) -> wasmtime::Result<types::Outcome> {
         match self {
-            Exports::Current(p) => {
+            Exports::Current(_, Some(packed)) => {
+                let mut head = Vec::new();
+                super::packed::encode_head(request, &mut head);
+                let body = std::mem::take(&mut request.body);
+                let (outcome,) = packed.call_async(store, (head, body)).await?;
+                Ok(outcome)
+            }
+            Exports::Current(p, None) => {
                 p.ankh_plugin_handler()
                     .call_handle_request(store, request)
                     .await
@@ -105,7 +140,7 @@ impl Exports {
         request: &types::Request,
     ) -> wasmtime::Result<()> {
         match self {
-            Exports::Current(p) => {
+            Exports::Current(p, _) => {
                 p.ankh_plugin_websocket_handler()
                     .call_on_open(store, conn, request)
                     .await
@@ -127,7 +162,7 @@ impl Exports {
         message: &types::Message,
     ) -> wasmtime::Result<()> {
         match self {
-            Exports::Current(p) => {
+            Exports::Current(p, _) => {
                 p.ankh_plugin_websocket_handler()
                     .call_on_message(store, conn, message)
                     .await
@@ -149,7 +184,7 @@ impl Exports {
         info: &types::CloseInfo,
     ) -> wasmtime::Result<()> {
         match self {
-            Exports::Current(p) => {
+            Exports::Current(p, _) => {
                 p.ankh_plugin_websocket_handler()
                     .call_on_close(store, conn, info)
                     .await
