@@ -25,11 +25,16 @@ pub fn handle_request(build: fn() -> Router, request: wit::Request) -> wit::Outc
     })
 }
 
-/// `packed-handler.handle-request`: the same, with the request decoded from its two buffers.
+/// `packed-handler.handle-request`: the same, with the request read from its two buffers.
 /// A head the SDK cannot read (a host bug) is answered with a 500 that says so.
-pub fn handle_packed(build: fn() -> Router, head: &[u8], body: Vec<u8>) -> wit::Outcome {
-    match crate::packed::decode(head, body) {
-        Ok(request) => handle_request(build, request),
+pub fn handle_packed(build: fn() -> Router, head: Vec<u8>, body: Vec<u8>) -> wit::Outcome {
+    match crate::packed::Head::decode(head) {
+        Ok(head) => ROUTER.with(|router| {
+            router
+                .get_or_init(build)
+                .handle(Request::from_packed(head, body))
+                .into()
+        }),
         Err(e) => wit::Outcome::Respond(
             crate::Response::text(format!("ankh-guest: {e}"))
                 .with_status(500)

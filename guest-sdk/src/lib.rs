@@ -174,7 +174,7 @@ macro_rules! export_plugin {
                     head: ::std::vec::Vec<u8>,
                     body: ::std::vec::Vec<u8>,
                 ) -> $crate::wit::Outcome {
-                    $crate::__private::handle_packed($router, &head, body)
+                    $crate::__private::handle_packed($router, head, body)
                 }
             }
 

@@ -1,6 +1,8 @@
 //! The request as `packed-handler.handle-request` receives it: every field but the body in one
-//! buffer (the layout is documented on the interface in `wit/plugin.wit`), decoded here into
-//! the same [`wit::Request`] that `handler.handle-request` would have been given.
+//! buffer (the layout is documented on the interface in `wit/plugin.wit`). [`Head`] checks
+//! the buffer once and then reads its fields in place, so a request costs the guest no
+//! allocation per field; [`Head::to_raw`] builds the [`wit::Request`] record when a plugin
+//! asks for it.
 //!
 //! Two buffers cross the sandbox instead of a record of a dozen strings and lists, each of
 //! which the host would copy in with its own call of the guest's allocator.
@@ -19,117 +21,187 @@ impl fmt::Display for Malformed {
     }
 }
 
-/// Decodes `head`, with `body` as the request's body.
-pub(crate) fn decode(head: &[u8], body: Vec<u8>) -> Result<wit::Request, Malformed> {
-    let mut r = Reader(head);
-    let version = match r.byte()? {
-        0 => wit::HttpVersion::Http10,
-        1 => wit::HttpVersion::Http11,
-        _ => return Err(Malformed("unknown version")),
-    };
-    let id = r.text()?;
-    let method = r.text()?;
-    let path = r.text()?;
-    let mount = r.text()?;
-    let query = r.text()?;
-    let remote_addr = r.text()?;
-    let count = r.length()?;
-    // Each header takes at least its two lengths, so a count beyond that is a lie: checked
-    // before it sizes an allocation.
-    if count > r.0.len() / 8 {
-        return Err(Malformed("header count past the end"));
-    }
-    let mut headers = Vec::with_capacity(count);
-    for _ in 0..count {
-        let name = r.text()?;
-        let value = r.bytes()?.to_vec();
-        headers.push(wit::Header { name, value });
-    }
-    if !r.0.is_empty() {
-        return Err(Malformed("bytes after the last header"));
-    }
-    Ok(wit::Request {
-        id,
-        method,
-        path,
-        mount,
-        query,
-        headers,
-        body,
-        remote_addr,
-        version,
-    })
+/// The text fields, in their order in the head.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Text {
+    Id,
+    Method,
+    Path,
+    Mount,
+    Query,
+    RemoteAddr,
 }
 
-/// What is left of the head.
-struct Reader<'a>(&'a [u8]);
+/// A checked head: every length within the buffer, every text field UTF-8, nothing after the
+/// last header.
+#[derive(Debug, Clone)]
+pub(crate) struct Head {
+    buf: Vec<u8>,
+    version: wit::HttpVersion,
+    /// Where each [`Text`] field lies in `buf`.
+    texts: [(usize, usize); 6],
+    /// Where the first header's name length starts, and how many headers follow.
+    headers_at: usize,
+    header_count: usize,
+}
+
+impl Head {
+    /// Checks `buf` against the layout.
+    pub(crate) fn decode(buf: Vec<u8>) -> Result<Head, Malformed> {
+        let mut r = Reader { buf: &buf, at: 0 };
+        let version = match r.byte()? {
+            0 => wit::HttpVersion::Http10,
+            1 => wit::HttpVersion::Http11,
+            _ => return Err(Malformed("unknown version")),
+        };
+        let mut texts = [(0, 0); 6];
+        for text in &mut texts {
+            *text = r.text()?;
+        }
+        let header_count = r.length()?;
+        // Each header takes at least its two lengths, so a count beyond that is a lie.
+        if header_count > (buf.len() - r.at) / 8 {
+            return Err(Malformed("header count past the end"));
+        }
+        let headers_at = r.at;
+        for _ in 0..header_count {
+            r.text()?;
+            r.bytes()?;
+        }
+        if r.at != buf.len() {
+            return Err(Malformed("bytes after the last header"));
+        }
+        Ok(Head {
+            version,
+            texts,
+            headers_at,
+            header_count,
+            buf,
+        })
+    }
+
+    pub(crate) fn version(&self) -> wit::HttpVersion {
+        self.version
+    }
+
+    /// A text field. Checked to be UTF-8 by [`Head::decode`], so the fallback never shows.
+    pub(crate) fn text(&self, field: Text) -> &str {
+        let (start, end) = self.texts[field as usize];
+        std::str::from_utf8(&self.buf[start..end]).unwrap_or_default()
+    }
+
+    /// The header fields as `(name, value)`, in order, read in place.
+    pub(crate) fn headers(&self) -> Headers<'_> {
+        Headers {
+            reader: Reader {
+                buf: &self.buf,
+                at: self.headers_at,
+            },
+            left: self.header_count,
+        }
+    }
+
+    /// The WIT record, with `body` as its body.
+    pub(crate) fn to_raw(&self, body: Vec<u8>) -> wit::Request {
+        wit::Request {
+            id: self.text(Text::Id).to_owned(),
+            method: self.text(Text::Method).to_owned(),
+            path: self.text(Text::Path).to_owned(),
+            mount: self.text(Text::Mount).to_owned(),
+            query: self.text(Text::Query).to_owned(),
+            headers: self
+                .headers()
+                .map(|(name, value)| wit::Header {
+                    name: name.to_owned(),
+                    value: value.to_vec(),
+                })
+                .collect(),
+            body,
+            remote_addr: self.text(Text::RemoteAddr).to_owned(),
+            version: self.version,
+        }
+    }
+}
+
+/// The headers of a [`Head`].
+#[derive(Debug, Clone)]
+pub(crate) struct Headers<'a> {
+    reader: Reader<'a>,
+    left: usize,
+}
+
+impl<'a> Iterator for Headers<'a> {
+    type Item = (&'a str, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.left = self.left.checked_sub(1)?;
+        // Checked by `Head::decode`: neither read fails.
+        let (start, end) = self.reader.text().ok()?;
+        let name = std::str::from_utf8(&self.reader.buf[start..end]).unwrap_or_default();
+        let value = self.reader.bytes().ok()?;
+        Some((name, value))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for Headers<'_> {}
+
+/// A position in a head.
+#[derive(Debug, Clone)]
+struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
 
 impl<'a> Reader<'a> {
     fn byte(&mut self) -> Result<u8, Malformed> {
-        let (&first, rest) = self.0.split_first().ok_or(Malformed("truncated"))?;
-        self.0 = rest;
-        Ok(first)
+        let byte = *self.buf.get(self.at).ok_or(Malformed("truncated"))?;
+        self.at += 1;
+        Ok(byte)
     }
 
     fn length(&mut self) -> Result<usize, Malformed> {
-        let (le, rest) = self
-            .0
-            .split_first_chunk::<4>()
+        let le = self
+            .buf
+            .get(self.at..)
+            .and_then(|rest| rest.first_chunk::<4>())
             .ok_or(Malformed("truncated"))?;
-        self.0 = rest;
+        self.at += 4;
         usize::try_from(u32::from_le_bytes(*le)).map_err(|_| Malformed("length too large"))
     }
 
-    fn bytes(&mut self) -> Result<&'a [u8], Malformed> {
+    /// The range of the next field.
+    fn range(&mut self) -> Result<(usize, usize), Malformed> {
         let len = self.length()?;
-        if len > self.0.len() {
+        if len > self.buf.len() - self.at {
             return Err(Malformed("a field runs past the end"));
         }
-        let (field, rest) = self.0.split_at(len);
-        self.0 = rest;
-        Ok(field)
+        let start = self.at;
+        self.at += len;
+        Ok((start, self.at))
     }
 
-    fn text(&mut self) -> Result<String, Malformed> {
-        let bytes = self.bytes()?;
-        std::str::from_utf8(bytes)
-            .map(str::to_owned)
-            .map_err(|_| Malformed("a text field is not UTF-8"))
+    fn bytes(&mut self) -> Result<&'a [u8], Malformed> {
+        let (start, end) = self.range()?;
+        Ok(&self.buf[start..end])
+    }
+
+    /// The range of the next field, checked to be UTF-8.
+    fn text(&mut self) -> Result<(usize, usize), Malformed> {
+        let (start, end) = self.range()?;
+        std::str::from_utf8(&self.buf[start..end])
+            .map_err(|_| Malformed("a text field is not UTF-8"))?;
+        Ok((start, end))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::request;
-
-    /// The host's encoding (`host/src/runtime/packed.rs`), written again from the layout.
-    fn encode(r: &wit::Request) -> Vec<u8> {
-        fn field(out: &mut Vec<u8>, bytes: &[u8]) {
-            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-            out.extend_from_slice(bytes);
-        }
-        let mut out = vec![match r.version {
-            wit::HttpVersion::Http10 => 0,
-            wit::HttpVersion::Http11 => 1,
-        }];
-        for text in [
-            &r.id,
-            &r.method,
-            &r.path,
-            &r.mount,
-            &r.query,
-            &r.remote_addr,
-        ] {
-            field(&mut out, text.as_bytes());
-        }
-        out.extend_from_slice(&(r.headers.len() as u32).to_le_bytes());
-        for h in &r.headers {
-            field(&mut out, h.name.as_bytes());
-            field(&mut out, &h.value);
-        }
-        out
-    }
+    use crate::test_support::{encode_packed as encode, request};
 
     fn sample() -> wit::Request {
         let mut raw = request("POST", "/todo", "/todo/items%20x").into_raw();
@@ -153,23 +225,33 @@ mod tests {
         raw
     }
 
+    fn decode(head: &[u8]) -> Result<Head, Malformed> {
+        Head::decode(head.to_vec())
+    }
+
     #[test]
     fn decodes_what_the_layout_encodes() {
         let raw = sample();
-        let decoded = decode(&encode(&raw), raw.body.clone()).unwrap();
-        assert_eq!(decoded, raw);
+        let head = decode(&encode(&raw)).unwrap();
+        assert_eq!(head.to_raw(raw.body.clone()), raw);
+        assert_eq!(head.text(Text::Method), "POST");
+        assert_eq!(head.headers().len(), 3);
+        assert_eq!(
+            head.headers().nth(1),
+            Some(("x-raw", &[0xff, 0x00, b'a'][..]))
+        );
     }
 
     #[test]
     fn every_truncation_and_any_trailing_byte_is_refused() {
         let head = encode(&sample());
         for len in 0..head.len() {
-            assert!(decode(&head[..len], Vec::new()).is_err(), "{len} bytes");
+            assert!(decode(&head[..len]).is_err(), "{len} bytes");
         }
         let mut longer = head.clone();
         longer.push(0);
         assert_eq!(
-            decode(&longer, Vec::new()),
+            decode(&longer).map(drop),
             Err(Malformed("bytes after the last header"))
         );
     }
@@ -181,13 +263,13 @@ mod tests {
         let at = head.len() - 4;
         head[at..].copy_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(
-            decode(&head, Vec::new()),
+            decode(&head).map(drop),
             Err(Malformed("header count past the end"))
         );
         let mut bad_version = encode(&sample());
         bad_version[0] = 7;
         assert_eq!(
-            decode(&bad_version, Vec::new()),
+            decode(&bad_version).map(drop),
             Err(Malformed("unknown version"))
         );
         let mut raw = sample();
@@ -197,7 +279,7 @@ mod tests {
         let at = 1 + 4 + raw.id.len() + 4 + 1;
         bad_text[at] = 0xff;
         assert_eq!(
-            decode(&bad_text, Vec::new()),
+            decode(&bad_text).map(drop),
             Err(Malformed("a text field is not UTF-8"))
         );
     }

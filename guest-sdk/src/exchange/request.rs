@@ -1,11 +1,13 @@
 //! [`Request`]: read-only access to one buffered request, with the path made relative to the
 //! plugin's mount point and the query and route captures decoded.
 
+use std::cell::OnceCell;
 use std::fmt;
 
 use serde::de::DeserializeOwned;
 
 use crate::exchange::{Outcome, Response};
+use crate::packed::{self, Head, Text};
 use crate::percent;
 use crate::wit;
 
@@ -14,70 +16,127 @@ use crate::wit;
 /// Accessors borrow from the request; the decoded views ([`route_path`](Self::route_path),
 /// [`query_param`](Self::query_param), ...) are computed from the raw fields, which stay
 /// available through [`as_raw`](Self::as_raw).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Request {
-    raw: wit::Request,
+    fields: Fields,
     route_path: String,
     /// `route_path` split on `/` *before* decoding, so a `%2F` stays inside its segment.
     segments: Vec<String>,
     params: Vec<(String, String)>,
 }
 
+/// Where the request's fields are: a WIT record, or the packed head the host sent, read in
+/// place (see [`packed`]).
+#[derive(Clone)]
+enum Fields {
+    Raw(wit::Request),
+    Packed {
+        head: Head,
+        body: Vec<u8>,
+        /// The record, built on the first [`Request::as_raw`].
+        raw: OnceCell<wit::Request>,
+    },
+}
+
 impl Request {
     /// Wraps a request as the host delivered it.
     pub fn new(raw: wit::Request) -> Self {
-        let route_raw = route_raw(&raw.path, &raw.mount);
+        Self::with_fields(Fields::Raw(raw))
+    }
+
+    /// Wraps a request the host delivered as a packed head and a body.
+    pub(crate) fn from_packed(head: Head, body: Vec<u8>) -> Self {
+        Self::with_fields(Fields::Packed {
+            head,
+            body,
+            raw: OnceCell::new(),
+        })
+    }
+
+    fn with_fields(fields: Fields) -> Self {
+        let (path, mount) = match &fields {
+            Fields::Raw(raw) => (raw.path.as_str(), raw.mount.as_str()),
+            Fields::Packed { head, .. } => (head.text(Text::Path), head.text(Text::Mount)),
+        };
+        let route_raw = route_raw(path, mount);
         let route_path = percent::decode_path(route_raw).into_owned();
         let segments = route_raw[1..]
             .split('/')
             .map(|segment| percent::decode_path(segment).into_owned())
             .collect();
         Self {
-            raw,
+            fields,
             route_path,
             segments,
             params: Vec::new(),
         }
     }
 
-    /// The WIT record this request was built from.
+    /// The WIT record this request was built from (built on first use when the host sent the
+    /// request packed, with a copy of the body).
     pub fn as_raw(&self) -> &wit::Request {
-        &self.raw
+        match &self.fields {
+            Fields::Raw(raw) => raw,
+            Fields::Packed { head, body, raw } => raw.get_or_init(|| head.to_raw(body.clone())),
+        }
     }
 
     /// Unwraps the WIT record.
     pub fn into_raw(self) -> wit::Request {
-        self.raw
+        match self.fields {
+            Fields::Raw(raw) => raw,
+            Fields::Packed { head, body, raw } => {
+                raw.into_inner().unwrap_or_else(|| head.to_raw(body))
+            }
+        }
+    }
+
+    /// A text field, wherever the fields are.
+    fn field(&self, field: Text) -> &str {
+        match &self.fields {
+            Fields::Packed { head, .. } => head.text(field),
+            Fields::Raw(raw) => match field {
+                Text::Id => &raw.id,
+                Text::Method => &raw.method,
+                Text::Path => &raw.path,
+                Text::Mount => &raw.mount,
+                Text::Query => &raw.query,
+                Text::RemoteAddr => &raw.remote_addr,
+            },
+        }
     }
 
     /// The request id, unique within the running host (it appears in the host's log lines).
     pub fn id(&self) -> &str {
-        &self.raw.id
+        self.field(Text::Id)
     }
 
     /// The method token as sent, e.g. `GET`.
     pub fn method(&self) -> &str {
-        &self.raw.method
+        self.field(Text::Method)
     }
 
     /// The protocol version of the request line.
     pub fn version(&self) -> wit::HttpVersion {
-        self.raw.version
+        match &self.fields {
+            Fields::Raw(raw) => raw.version,
+            Fields::Packed { head, .. } => head.version(),
+        }
     }
 
     /// The peer address, e.g. `127.0.0.1:51234`.
     pub fn remote_addr(&self) -> &str {
-        &self.raw.remote_addr
+        self.field(Text::RemoteAddr)
     }
 
     /// The full path of the request target, still percent-encoded, without the query.
     pub fn path(&self) -> &str {
-        &self.raw.path
+        self.field(Text::Path)
     }
 
     /// The prefix the plugin is mounted at, e.g. `/todo` (empty for the index plugin).
     pub fn mount(&self) -> &str {
-        &self.raw.mount
+        self.field(Text::Mount)
     }
 
     /// The path below the mount point, percent-decoded (lossily, as UTF-8).
@@ -96,19 +155,19 @@ impl Request {
 
     /// The raw query string, without the `?` (empty when there is none).
     pub fn query(&self) -> &str {
-        &self.raw.query
+        self.field(Text::Query)
     }
 
     /// The first value of the query parameter `name`, decoded (`+` is a space).
     pub fn query_param(&self, name: &str) -> Option<String> {
-        percent::query_pairs(&self.raw.query)
+        percent::query_pairs(self.query())
             .find(|(key, _)| key == name)
             .map(|(_, value)| value.into_owned())
     }
 
     /// Every value of the query parameter `name`, decoded, in the order sent.
     pub fn query_params(&self, name: &str) -> Vec<String> {
-        percent::query_pairs(&self.raw.query)
+        percent::query_pairs(self.query())
             .filter(|(key, _)| key == name)
             .map(|(_, value)| value.into_owned())
             .collect()
@@ -116,7 +175,7 @@ impl Request {
 
     /// All query parameters, decoded, in the order sent (repeated keys stay separate).
     pub fn query_pairs(&self) -> Vec<(String, String)> {
-        percent::query_pairs(&self.raw.query)
+        percent::query_pairs(self.query())
             .map(|(key, value)| (key.into_owned(), value.into_owned()))
             .collect()
     }
@@ -130,29 +189,30 @@ impl Request {
 
     /// Every value of the header `name` (case-insensitive), as raw bytes, in the order sent.
     pub fn header_all(&self, name: &str) -> impl Iterator<Item = &[u8]> {
-        self.raw
-            .headers
-            .iter()
-            .filter(move |header| header.name.eq_ignore_ascii_case(name))
-            .map(|header| header.value.as_slice())
+        self.headers()
+            .filter(move |(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value)
     }
 
     /// Every header as `(name, value)`, in the order sent; names as the client spelled them.
     pub fn headers(&self) -> impl Iterator<Item = (&str, &[u8])> {
-        self.raw
-            .headers
-            .iter()
-            .map(|header| (header.name.as_str(), header.value.as_slice()))
+        match &self.fields {
+            Fields::Raw(raw) => HeaderIter::Raw(raw.headers.iter()),
+            Fields::Packed { head, .. } => HeaderIter::Packed(head.headers()),
+        }
     }
 
     /// The body, with any chunked transfer coding already removed.
     pub fn body(&self) -> &[u8] {
-        &self.raw.body
+        match &self.fields {
+            Fields::Raw(raw) => &raw.body,
+            Fields::Packed { body, .. } => body,
+        }
     }
 
     /// The body as UTF-8 text.
     pub fn text(&self) -> Result<&str, std::str::Utf8Error> {
-        std::str::from_utf8(&self.raw.body)
+        std::str::from_utf8(self.body())
     }
 
     /// Deserializes the body as JSON (the `Content-Type` is not checked).
@@ -160,7 +220,7 @@ impl Request {
     /// [`JsonError`] is itself an [`IntoOutcome`](crate::IntoOutcome) (a `400`), so a handler
     /// returning `Result<Response, JsonError>` can use `?`.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, JsonError> {
-        serde_json::from_slice(&self.raw.body).map_err(JsonError)
+        serde_json::from_slice(self.body()).map_err(JsonError)
     }
 
     /// The route capture `name` (`@name` or `{name}` in the pattern), decoded.
@@ -190,6 +250,65 @@ impl Request {
     /// call from a WebSocket event with [`RespondError::NoRequest`](crate::RespondError).
     pub fn respond(&self, response: Response) -> Result<(), crate::RespondError> {
         crate::bindings::ankh::plugin::http::respond(&response.into_raw())
+    }
+}
+
+/// [`Request::headers`], over either form of the fields.
+enum HeaderIter<'a> {
+    Raw(std::slice::Iter<'a, wit::Header>),
+    Packed(packed::Headers<'a>),
+}
+
+impl<'a> Iterator for HeaderIter<'a> {
+    type Item = (&'a str, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            HeaderIter::Raw(headers) => headers
+                .next()
+                .map(|h| (h.name.as_str(), h.value.as_slice())),
+            HeaderIter::Packed(headers) => headers.next(),
+        }
+    }
+}
+
+/// Two requests are equal when every field, the body and the route captures are, whichever
+/// form the host sent them in.
+impl PartialEq for Request {
+    fn eq(&self, other: &Self) -> bool {
+        self.version() == other.version()
+            && [
+                Text::Id,
+                Text::Method,
+                Text::Path,
+                Text::Mount,
+                Text::Query,
+                Text::RemoteAddr,
+            ]
+            .into_iter()
+            .all(|field| self.field(field) == other.field(field))
+            && self.headers().eq(other.headers())
+            && self.body() == other.body()
+            && self.params == other.params
+    }
+}
+
+impl Eq for Request {}
+
+impl fmt::Debug for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request")
+            .field("id", &self.id())
+            .field("method", &self.method())
+            .field("path", &self.path())
+            .field("mount", &self.mount())
+            .field("query", &self.query())
+            .field("headers", &self.headers().collect::<Vec<_>>())
+            .field("body_len", &self.body().len())
+            .field("remote_addr", &self.remote_addr())
+            .field("version", &self.version())
+            .field("params", &self.params)
+            .finish()
     }
 }
 
@@ -248,6 +367,52 @@ impl crate::IntoOutcome for JsonError {
 mod tests {
     use super::*;
     use crate::test_support::request;
+
+    #[test]
+    fn a_packed_request_reads_as_the_record_it_encodes() {
+        let mut raw = request("POST", "/m", "/m/a%2Fb/c%20d").into_raw();
+        raw.query = "q=a+b&tag=x".to_owned();
+        raw.headers = vec![
+            header("Accept", b"text/html"),
+            header("X-Bin", b"\xff"),
+            header("accept", b"application/json"),
+        ];
+        raw.body = br#"{"val": 41}"#.to_vec();
+        raw.version = wit::HttpVersion::Http10;
+        let head = Head::decode(crate::test_support::encode_packed(&raw)).unwrap();
+        let packed = Request::from_packed(head, raw.body.clone());
+        let plain = Request::new(raw.clone());
+        assert_eq!(packed, plain);
+        assert_eq!(
+            (packed.id(), packed.method(), packed.path(), packed.mount()),
+            ("test-1", "POST", "/m/a%2Fb/c%20d", "/m")
+        );
+        assert_eq!(
+            (packed.query(), packed.remote_addr(), packed.version()),
+            ("q=a+b&tag=x", "127.0.0.1:50000", wit::HttpVersion::Http10)
+        );
+        assert_eq!(packed.route_path(), "/a/b/c d");
+        assert_eq!(packed.route_segments(), ["a/b", "c d"]);
+        assert_eq!(packed.query_param("q").as_deref(), Some("a b"));
+        assert_eq!(packed.header("ACCEPT"), Some("text/html"));
+        assert_eq!(packed.header("x-bin"), None, "not UTF-8");
+        assert_eq!(packed.header_all("accept").count(), 2);
+        assert_eq!(packed.headers().count(), 3);
+        assert_eq!(packed.json::<serde_json::Value>().unwrap()["val"], 41);
+        assert_eq!(packed.as_raw(), &raw);
+        assert_eq!(packed.clone().into_raw(), raw);
+        assert_eq!(
+            Request::from_packed(
+                Head::decode(crate::test_support::encode_packed(&raw)).unwrap(),
+                raw.body.clone()
+            )
+            .into_raw(),
+            raw
+        );
+        let mut other = raw.clone();
+        other.headers.pop();
+        assert_ne!(Request::new(other), packed);
+    }
 
     #[test]
     fn route_path_is_relative_to_the_mount() {
