@@ -11,8 +11,7 @@
 use std::fmt::Write as _;
 use std::sync::{Arc, OnceLock};
 
-use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+use crate::text;
 
 /// The target of access lines.
 pub const TARGET: &str = "ankh::access";
@@ -115,26 +114,39 @@ impl Fields<'_> {
     /// as tracing-subscriber's full text format writes it without colour.
     fn text(&self, out: &mut String) {
         let a = self.access;
-        let _ = SystemTime.format_time(&mut Writer::new(out));
-        let _ = writeln!(
-            out,
-            "  INFO {TARGET}: {method} {path} {status} remote={remote} method={method} path={path} status={status} bytes={bytes} duration_us={duration} plugin={plugin} request={request}",
-            method = a.method,
-            path = a.path,
-            status = self.status,
-            remote = a.remote,
-            bytes = self.bytes,
-            duration = self.duration_us,
-            plugin = self.plugin,
-            request = self.request,
-        );
+        text::push_timestamp(out);
+        out.push_str("  INFO ");
+        out.push_str(TARGET);
+        out.push_str(": ");
+        out.push_str(&a.method);
+        out.push(' ');
+        out.push_str(&a.path);
+        out.push(' ');
+        text::push_decimal(out, u64::from(self.status));
+        out.push_str(" remote=");
+        text::push_address(out, a.remote);
+        out.push_str(" method=");
+        out.push_str(&a.method);
+        out.push_str(" path=");
+        out.push_str(&a.path);
+        out.push_str(" status=");
+        text::push_decimal(out, u64::from(self.status));
+        out.push_str(" bytes=");
+        text::push_decimal(out, self.bytes as u64);
+        out.push_str(" duration_us=");
+        text::push_decimal(out, self.duration_us);
+        out.push_str(" plugin=");
+        out.push_str(self.plugin);
+        out.push_str(" request=");
+        self.request.push(out);
+        out.push('\n');
     }
 
     /// The same line as tracing-subscriber's JSON format writes it.
     fn json(&self, out: &mut String) {
         let a = self.access;
         out.push_str("{\"timestamp\":\"");
-        let _ = SystemTime.format_time(&mut Writer::new(out));
+        text::push_timestamp(out);
         out.push_str("\",\"level\":\"INFO\",\"fields\":{\"message\":\"");
         json_str(out, &a.method);
         out.push(' ');
@@ -180,6 +192,16 @@ fn json_str(out: &mut String, s: &str) {
 
 /// A request id as logged: 16 hex digits, or `-`.
 struct RequestId(Option<u64>);
+
+impl RequestId {
+    /// Appends the id as [`Display`](std::fmt::Display) writes it.
+    fn push(&self, out: &mut String) {
+        match self.0 {
+            Some(id) => text::push_hex_id(out, id),
+            None => out.push('-'),
+        }
+    }
+}
 
 impl std::fmt::Display for RequestId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -229,6 +251,16 @@ mod tests {
             rest,
             "  INFO ankh::access: GET /nope%20x 404 remote=127.0.0.1:45688 method=GET path=/nope%20x status=404 bytes=132 duration_us=94 plugin=index request=0000000000000002\n"
         );
+    }
+
+    #[test]
+    fn a_request_no_plugin_saw_is_logged_as_a_dash() {
+        let a = access("/");
+        let mut f = fields(&a);
+        f.request = RequestId(None);
+        let mut line = String::new();
+        f.text(&mut line);
+        assert!(line.ends_with(" plugin=index request=-\n"), "{line}");
     }
 
     #[test]

@@ -23,6 +23,9 @@ mod log_limit;
 // Sans-IO HTTP/1.1.
 pub mod proto;
 
+// Per-request text without the formatting machinery.
+pub mod text;
+
 // Ids and messages every layer shares, and the table of open WebSockets.
 pub mod hub;
 pub mod message;

@@ -469,7 +469,7 @@ fn origin(job: &RequestJob) -> Origin {
 /// The WIT view of a request. Moves the headers and body, no copies.
 fn to_wit(job: RequestJob) -> types::Request {
     types::Request {
-        id: hex_id(job.request_id),
+        id: crate::text::hex_id(job.request_id),
         method: job.head.method,
         path: job.head.path,
         mount: job.mount.to_string(),
@@ -481,73 +481,10 @@ fn to_wit(job: RequestJob) -> types::Request {
             .map(|(name, value)| types::Header { name, value })
             .collect(),
         body: job.body,
-        remote_addr: address_text(job.remote),
+        remote_addr: crate::text::address_text(job.remote),
         version: match job.head.version {
             Version::Http10 => types::HttpVersion::Http10,
             Version::Http11 => types::HttpVersion::Http11,
         },
-    }
-}
-
-/// `{:016x}` without the formatting machinery (once per request).
-fn hex_id(id: u64) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    (0..16)
-        .rev()
-        .map(|i| DIGITS[((id >> (i * 4)) & 0xf) as usize] as char)
-        .collect()
-}
-
-/// `addr.to_string()`, with IPv4 (the common case) written digit by digit: `Display` for
-/// socket addresses was 1% of a hello-world load.
-fn address_text(addr: std::net::SocketAddr) -> String {
-    let std::net::SocketAddr::V4(v4) = addr else {
-        return addr.to_string();
-    };
-    let mut out = String::with_capacity(21);
-    for (i, octet) in v4.ip().octets().into_iter().enumerate() {
-        if i > 0 {
-            out.push('.');
-        }
-        push_decimal(&mut out, u32::from(octet));
-    }
-    out.push(':');
-    push_decimal(&mut out, u32::from(v4.port()));
-    out
-}
-
-fn push_decimal(out: &mut String, mut n: u32) {
-    let mut digits = [0u8; 10];
-    let mut len = 0;
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend(digits[..len].iter().rev().map(|&d| d as char));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_and_addresses_read_as_formatting_writes_them() {
-        for id in [0, 1, 0xdead_beef, u64::MAX] {
-            assert_eq!(hex_id(id), format!("{id:016x}"));
-        }
-        for addr in [
-            "127.0.0.1:8080",
-            "0.0.0.0:0",
-            "255.255.255.255:65535",
-            "10.20.3.4:51234",
-            "[::1]:443",
-        ] {
-            let addr: std::net::SocketAddr = addr.parse().unwrap();
-            assert_eq!(address_text(addr), addr.to_string());
-        }
     }
 }
