@@ -88,10 +88,10 @@ pub fn push_timestamp(out: &mut String) {
         out.push_str(text);
     });
     out.push('.');
-    let micros = since.subsec_micros();
-    let digits = itoa::Buffer::new().format(micros).len();
-    out.extend(std::iter::repeat_n('0', 6 - digits));
-    push_decimal(out, u64::from(micros));
+    let mut digits = itoa::Buffer::new();
+    let micros = digits.format(since.subsec_micros());
+    out.extend(std::iter::repeat_n('0', 6 - micros.len()));
+    out.push_str(micros);
     out.push('Z');
 }
 
