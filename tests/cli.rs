@@ -116,6 +116,31 @@ fn crate_target_dir() -> std::path::PathBuf {
     exe.parent().unwrap().join("ankh-cli-build-target")
 }
 
+/// A component whose `packed-handler` export has another signature than the host calls is
+/// refused at load with that reason, by `ankh check` and by the server, which serves the rest.
+#[test]
+fn a_packed_handler_with_another_signature_is_refused_with_the_reason() {
+    let out = Command::new(ankh_bin())
+        .args(["check", plugins::BADPACKED, "--no-cache"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("verdict:  refused:")
+            && text.contains("`ankh:plugin/packed-handler@0.2.0` export has another signature"),
+        "{text}"
+    );
+
+    let s = Options::default()
+        .plugin(plugins::BADPACKED)
+        .plugin(plugins::HELLO)
+        .start();
+    s.wait_for_log("packed-handler@0.2.0` export has another signature");
+    assert_eq!(s.get("/badpacked/").0, 404);
+    assert_eq!(s.get("/hello").0, 200);
+}
+
 #[test]
 fn check_reports_imports_exports_policy_and_verdict() {
     let ok = Command::new(ankh_bin())

@@ -11,7 +11,8 @@
 //! lowered as two buffers instead of a record (see [`super::packed`]).
 
 use wasmtime::Store;
-use wasmtime::component::{ComponentExportIndex, InstancePre, TypedFunc};
+use wasmtime::component::types::{ComponentItem, Type};
+use wasmtime::component::{Component, ComponentExportIndex, InstancePre, TypedFunc};
 
 use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 
@@ -46,6 +47,14 @@ impl Pre {
                 let packed = component
                     .get_export_index(None, super::packed::INTERFACE)
                     .and_then(|i| component.get_export_index(Some(&i), super::packed::FUNCTION));
+                if packed.is_some() && !packed_signature_fits(component, pre.engine()) {
+                    return Err(wasmtime::Error::msg(format!(
+                        "its `{}` export has another signature than \
+                         `{}: func(head: list<u8>, body: list<u8>) -> outcome` (see wit/plugin.wit)",
+                        super::packed::INTERFACE,
+                        super::packed::FUNCTION
+                    )));
+                }
                 return Ok(Pre::Current(current, packed));
             }
             Err(e) => e,
@@ -102,6 +111,33 @@ impl Pre {
         })
     }
 }
+
+/// Whether `packed-handler.handle-request` takes two `list<u8>` and returns what
+/// `handler.handle-request` returns (`outcome`). Checked at load, so that a component with
+/// another signature is refused with the reason instead of failing its first instantiation.
+fn packed_signature_fits(component: &Component, engine: &wasmtime::Engine) -> bool {
+    let ty = component.component_type();
+    let func = |interface: &str| {
+        let ComponentItem::ComponentInstance(instance) = ty.get_export(engine, interface)?.ty
+        else {
+            return None;
+        };
+        match instance.get_export(engine, super::packed::FUNCTION)?.ty {
+            ComponentItem::ComponentFunc(func) => Some(func),
+            _ => None,
+        }
+    };
+    let (Some(packed), Some(record)) = (func(super::packed::INTERFACE), func(HANDLER)) else {
+        return false;
+    };
+    let bytes = |ty: &Type| matches!(ty, Type::List(list) if list.ty() == Type::U8);
+    packed.params().len() == 2
+        && packed.params().all(|(_, ty)| bytes(&ty))
+        && packed.results().eq(record.results())
+}
+
+/// The record entry point of the current world.
+const HANDLER: &str = "ankh:plugin/handler@0.2.0";
 
 impl Exports {
     /// Calls the request handler. The body may be moved into the guest: `request` comes back
