@@ -17,30 +17,25 @@ thread_local! {
 
 /// `handler.handle-request`: builds the router on first use, then dispatches.
 pub fn handle_request(build: fn() -> Router, request: wit::Request) -> wit::Outcome {
-    ROUTER.with(|router| {
-        router
-            .get_or_init(build)
-            .handle(Request::new(request))
-            .into()
-    })
+    route(build, Request::new(request))
 }
 
 /// `packed-handler.handle-request`: the same, with the request read from its two buffers.
 /// A head the SDK cannot read (a host bug) is answered with a 500 that says so.
 pub fn handle_packed(build: fn() -> Router, head: Vec<u8>, body: Vec<u8>) -> wit::Outcome {
     match crate::packed::Head::decode(head) {
-        Ok(head) => ROUTER.with(|router| {
-            router
-                .get_or_init(build)
-                .handle(Request::from_packed(head, body))
-                .into()
-        }),
+        Ok(head) => route(build, Request::from_packed(head, body)),
         Err(e) => wit::Outcome::Respond(
             crate::Response::text(format!("ankh-guest: {e}"))
                 .with_status(500)
                 .into_raw(),
         ),
     }
+}
+
+/// Runs `request` through this instance's router, built on first use.
+fn route(build: fn() -> Router, request: Request) -> wit::Outcome {
+    ROUTER.with(|router| router.get_or_init(build).handle(request).into())
 }
 
 /// `websocket-handler.on-open`.

@@ -38,6 +38,22 @@ enum Fields {
     },
 }
 
+impl Fields {
+    fn text(&self, field: Text) -> &str {
+        match self {
+            Fields::Packed { head, .. } => head.text(field),
+            Fields::Raw(raw) => match field {
+                Text::Id => &raw.id,
+                Text::Method => &raw.method,
+                Text::Path => &raw.path,
+                Text::Mount => &raw.mount,
+                Text::Query => &raw.query,
+                Text::RemoteAddr => &raw.remote_addr,
+            },
+        }
+    }
+}
+
 impl Request {
     /// Wraps a request as the host delivered it.
     pub fn new(raw: wit::Request) -> Self {
@@ -54,11 +70,7 @@ impl Request {
     }
 
     fn with_fields(fields: Fields) -> Self {
-        let (path, mount) = match &fields {
-            Fields::Raw(raw) => (raw.path.as_str(), raw.mount.as_str()),
-            Fields::Packed { head, .. } => (head.text(Text::Path), head.text(Text::Mount)),
-        };
-        let route_raw = route_raw(path, mount);
+        let route_raw = route_raw(fields.text(Text::Path), fields.text(Text::Mount));
         let route_path = percent::decode_path(route_raw).into_owned();
         let segments = route_raw[1..]
             .split('/')
@@ -93,17 +105,7 @@ impl Request {
 
     /// A text field, wherever the fields are.
     fn field(&self, field: Text) -> &str {
-        match &self.fields {
-            Fields::Packed { head, .. } => head.text(field),
-            Fields::Raw(raw) => match field {
-                Text::Id => &raw.id,
-                Text::Method => &raw.method,
-                Text::Path => &raw.path,
-                Text::Mount => &raw.mount,
-                Text::Query => &raw.query,
-                Text::RemoteAddr => &raw.remote_addr,
-            },
-        }
+        self.fields.text(field)
     }
 
     /// The request id, unique within the running host (it appears in the host's log lines).
