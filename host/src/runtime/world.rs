@@ -98,8 +98,7 @@ impl Pre {
             Pre::Current(p, packed) => {
                 let instance = p.instance_pre().instantiate_async(&mut *store).await?;
                 let exports = bindings::Plugin::new(&mut *store, &instance)?;
-                // A component whose export has another signature is refused here, at load
-                // (every plugin is instantiated once then).
+                // Its signature was checked by `Pre::new`; this check cannot fail then.
                 let packed = match packed {
                     Some(index) => Some(instance.get_typed_func(&mut *store, index)?),
                     None => None,
