@@ -10,11 +10,13 @@ use ankh::access::Access;
 use ankh::hub::Hub;
 use ankh::limits::Limits;
 use ankh::message::{Cancel, Outbound, WsId};
-use ankh::proto::Version;
+use ankh::proto::request::parse;
+use ankh::proto::{Status, Version};
 use ankh::runtime::bindings::types;
 use ankh::runtime::call::{CallContext, Origin, Responder};
 use ankh::runtime::engine::{Runtime, RuntimeConfig};
 use ankh::runtime::exec::block_on;
+use ankh::runtime::incoming::Incoming;
 use ankh::runtime::instance::{Instance, InvokeError};
 use ankh::runtime::plugin::Plugin;
 use ankh::runtime::state::{WsLink, WsOut};
@@ -65,20 +67,18 @@ fn runtime(cpu_deadline: Duration) -> Arc<Runtime> {
     .unwrap()
 }
 
-fn request(path: &str, mount: &str) -> types::Request {
-    types::Request {
-        id: "0000000000000001".into(),
-        method: "GET".into(),
-        path: path.into(),
+/// `GET path` for the plugin mounted at `mount`, parsed as the I/O thread parses it.
+fn request(path: &str, mount: &str) -> Incoming {
+    let raw = format!("GET {path} HTTP/1.1\r\nhost: test\r\n\r\n");
+    let Ok(Status::Complete(head, _)) = parse(raw.as_bytes(), &Limits::default()) else {
+        panic!("a complete head");
+    };
+    Incoming {
+        id: 1,
+        head,
         mount: mount.into(),
-        query: String::new(),
-        headers: vec![types::Header {
-            name: "host".into(),
-            value: b"test".to_vec(),
-        }],
         body: Vec::new(),
-        remote_addr: "127.0.0.1:1".into(),
-        version: types::HttpVersion::Http11,
+        remote: "127.0.0.1:1".parse().unwrap(),
     }
 }
 
@@ -97,7 +97,7 @@ fn call(name: &str, kept: &Kept) -> CallContext {
             metrics: None,
         },
     };
-    CallContext::new(origin, name.into(), Box::new(kept.clone()), Vec::new())
+    CallContext::new(origin, name.into(), Box::new(kept.clone()))
 }
 
 fn instance(runtime: &Runtime, name: &str, wasm: &str) -> Instance {
@@ -156,11 +156,9 @@ fn the_runtime_alone_enforces_a_calls_limits_and_its_cancellation() {
     let mut probe = instance(&runtime, "probe", plugins::PROBE);
     let cancel = Cancel::default();
     cancel.cancel();
-    let mut req = request("/probe/sleep", "/probe");
-    req.query = "ms=60000".into();
+    let mut req = request("/probe/sleep?ms=60000", "/probe");
     let started = std::time::Instant::now();
-    let (outcome, _) =
-        block_on(probe.handle_request(&mut req.clone(), call("probe", &kept), cancel));
+    let (outcome, _) = block_on(probe.handle_request(&mut req, call("probe", &kept), cancel));
     let Err(failure) = outcome else {
         panic!("a cancelled call fails");
     };

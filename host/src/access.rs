@@ -43,8 +43,8 @@ thread_local! {
 #[derive(Debug, Clone)]
 pub struct Access {
     pub remote: std::net::SocketAddr,
-    pub method: String,
-    pub path: String,
+    pub method: Arc<str>,
+    pub path: Arc<str>,
     pub received: std::time::Instant,
     /// The plugin's counters, when a plugin answered.
     pub metrics: Option<Arc<crate::metrics::PluginMetrics>>,

@@ -91,7 +91,7 @@ fn serve(mut stream: TcpStream, state: &AdminState) -> std::io::Result<()> {
             return stream.flush();
         }
     };
-    let (status, content_type, body) = match (head.method.as_str(), head.path.as_str()) {
+    let (status, content_type, body) = match (&*head.method, &*head.path) {
         ("GET" | "HEAD", "/healthz") => (200, "text/plain", "ok\n".to_owned()),
         ("GET" | "HEAD", "/readyz") => {
             if state.stop.draining() {

@@ -7,12 +7,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Appends `{id:016x}`.
 pub fn push_hex_id(out: &mut String, id: u64) {
+    out.push_str(std::str::from_utf8(&hex_digits(id)).unwrap_or_default());
+}
+
+/// `{id:016x}`, as bytes.
+pub fn hex_digits(id: u64) -> [u8; 16] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    out.extend(
-        (0..16)
-            .rev()
-            .map(|i| DIGITS[((id >> (i * 4)) & 0xf) as usize] as char),
-    );
+    std::array::from_fn(|i| DIGITS[((id >> ((15 - i) * 4)) & 0xf) as usize])
 }
 
 /// `{id:016x}`.
@@ -22,22 +23,60 @@ pub fn hex_id(id: u64) -> String {
     out
 }
 
-/// Appends `addr.to_string()`, IPv4 (the common case) digit by digit: `Display` for socket
-/// addresses was 1% of a hello-world load.
-pub fn push_address(out: &mut String, addr: SocketAddr) {
-    let SocketAddr::V4(v4) = addr else {
-        use std::fmt::Write as _;
-        let _ = write!(out, "{addr}");
-        return;
-    };
-    for (i, octet) in v4.ip().octets().into_iter().enumerate() {
-        if i > 0 {
-            out.push('.');
+/// The longest text of a socket address: `[`, an IPv6 address (39), `%`, a scope id (10),
+/// `]:` and a port (5).
+pub const ADDRESS_MAX: usize = 58;
+
+/// `addr.to_string()` on the stack.
+struct Address {
+    bytes: [u8; ADDRESS_MAX],
+    len: usize,
+}
+
+impl Address {
+    /// IPv4 (the common case) digit by digit: `Display` for socket addresses was 1% of a
+    /// hello-world load.
+    fn new(addr: SocketAddr) -> Self {
+        let mut text = Address {
+            bytes: [0; ADDRESS_MAX],
+            len: 0,
+        };
+        let SocketAddr::V4(v4) = addr else {
+            use std::io::Write as _;
+            let mut cursor = std::io::Cursor::new(&mut text.bytes[..]);
+            let _ = write!(cursor, "{addr}");
+            text.len = cursor.position() as usize;
+            return text;
+        };
+        for (i, octet) in v4.ip().octets().into_iter().enumerate() {
+            if i > 0 {
+                text.push(b".");
+            }
+            text.push(itoa::Buffer::new().format(octet).as_bytes());
         }
-        push_decimal(out, u64::from(octet));
+        text.push(b":");
+        text.push(itoa::Buffer::new().format(v4.port()).as_bytes());
+        text
     }
-    out.push(':');
-    push_decimal(out, u64::from(v4.port()));
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.bytes[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+/// Appends `addr.to_string()`.
+pub fn push_address(out: &mut String, addr: SocketAddr) {
+    out.push_str(std::str::from_utf8(Address::new(addr).as_bytes()).unwrap_or_default());
+}
+
+/// Appends `addr.to_string()`, as bytes.
+pub fn append_address(out: &mut Vec<u8>, addr: SocketAddr) {
+    out.extend_from_slice(Address::new(addr).as_bytes());
 }
 
 /// `addr.to_string()`, as [`push_address`] writes it.
@@ -113,9 +152,14 @@ mod tests {
             "255.255.255.255:65535",
             "10.20.3.4:51234",
             "[::1]:443",
+            "[::ffff:255.255.255.255]:65535",
+            "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff%4294967295]:65535",
         ] {
             let addr: SocketAddr = addr.parse().unwrap();
             assert_eq!(address_text(addr), addr.to_string());
+            let mut bytes = b"x".to_vec();
+            append_address(&mut bytes, addr);
+            assert_eq!(bytes, format!("x{addr}").as_bytes());
         }
         for n in [0, 7, 10, 404, u64::MAX] {
             let mut out = String::new();

@@ -181,8 +181,8 @@ proptest! {
         prop_assert_eq!(&whole, &split);
         prop_assert_eq!(&whole, &bytewise);
         for ((head, body), req) in whole.iter().zip(&reqs) {
-            prop_assert_eq!(&head.method, &req.method);
-            prop_assert_eq!(&head.path, &req.path);
+            prop_assert_eq!(&*head.method, req.method.as_str());
+            prop_assert_eq!(&*head.path, req.path.as_str());
             prop_assert_eq!(&head.query, &req.query);
             prop_assert_eq!(body, &req.body);
             for (n, v) in &req.headers {

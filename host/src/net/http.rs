@@ -17,6 +17,7 @@
 //! the wire. Every state has a clock (see [`HttpConn::on_timer`]).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::conn::{Liveness, Transport};
@@ -123,7 +124,7 @@ pub struct HttpConn<S> {
     answering: Option<(Version, bool, bool)>,
     /// The method and path of the current request, once its head is parsed: for the access
     /// log of an answer the host makes itself.
-    current: Option<(String, String)>,
+    current: Option<(Arc<str>, Arc<str>)>,
     /// A request ready to be dispatched, handed out with the step that made it.
     ready: Option<Dispatch>,
     /// Bytes written since the event loop last collected them for `/metrics`.

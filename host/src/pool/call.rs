@@ -14,9 +14,10 @@ use crate::access::Access;
 use crate::message::{ConnId, WsEvent, WsId};
 use crate::pool::job::{EventJob, RequestJob};
 use crate::pool::reply::{Inflated, Replies, Reply};
-use crate::proto::{Version, header, ws};
+use crate::proto::{header, ws};
 use crate::runtime::bindings::types;
 use crate::runtime::call::{CallContext, Origin, Responder};
+use crate::runtime::incoming::Incoming;
 use crate::runtime::instance::{Failure, Instance, InvokeError};
 use crate::runtime::plugin::Plugin;
 use crate::runtime::state::WsLink;
@@ -68,7 +69,7 @@ impl Fallback {
             } => {
                 tracing::error!(%plugin, "worker panicked while serving a request");
                 let to = to_connection(reply, conn, seq);
-                let mut call = CallContext::new(*origin, plugin, to, Vec::new());
+                let mut call = CallContext::new(*origin, plugin, to);
                 call.respond_error(500, "internal error in the ankh host");
             }
             Fallback::Event { conn, ws, plugin } => {
@@ -196,7 +197,7 @@ impl Call {
         let plugin = self.plugin.clone();
         let (conn, seq) = (job.conn, job.seq);
         let to = to_connection(&self.reply, conn, seq);
-        let mut call = CallContext::new(origin, plugin.name.clone(), to, Vec::new());
+        let mut call = CallContext::new(origin, plugin.name.clone(), to);
         if job.cancel.is_cancelled() {
             // The client left while the request waited in the queue: nobody wants the answer.
             plugin.metrics.cancellations.fetch_add(1, Ordering::Relaxed);
@@ -217,7 +218,13 @@ impl Call {
         let mut job = job;
         let slot = job.slot.take();
         let cancel = job.cancel.clone();
-        let mut request = to_wit(job);
+        let mut request = Incoming {
+            id: job.request_id,
+            head: job.head,
+            mount: job.mount,
+            body: job.body,
+            remote: job.remote,
+        };
         let (result, mut call) = instance.handle_request(&mut request, call, cancel).await;
         // Whether or not the call took it, the body is not the WebSocket's (`on-open` gets
         // the request without it).
@@ -248,7 +255,7 @@ impl Call {
                 }
             }
             Ok(types::Outcome::Upgrade(upgrade)) => {
-                self.upgrade(&request, upgrade, &mut call, (conn, seq))
+                self.upgrade(&mut request, upgrade, &mut call, (conn, seq))
                     .await;
             }
             Err(failure) => {
@@ -269,7 +276,7 @@ impl Call {
     /// the open event right here, before any other event of the connection can start.
     async fn upgrade(
         &mut self,
-        request: &types::Request,
+        request: &mut Incoming,
         upgrade: types::Upgrade,
         call: &mut CallContext,
         (conn, seq): (ConnId, u64),
@@ -279,23 +286,15 @@ impl Call {
             warn_limited!(plugin = %plugin.name, "upgrade refused: the request was already answered");
             return;
         }
-        let headers: Vec<_> = request
-            .headers
-            .iter()
-            .map(|h| (h.name.clone(), h.value.clone()))
-            .collect();
-        let version = match request.version {
-            types::HttpVersion::Http10 => Version::Http10,
-            types::HttpVersion::Http11 => Version::Http11,
-        };
-        let accept = match ws::accept_key(&request.method, version, &headers) {
+        let headers = &request.head.headers;
+        let accept = match ws::accept_key(&request.head.method, request.head.version, headers) {
             Ok(accept) => accept,
             Err(refusal) => {
                 call.respond_error_with(refusal.status, refusal.headers(), refusal.message);
                 return;
             }
         };
-        let offered = ws::offered_protocols(&headers);
+        let offered = ws::offered_protocols(headers);
         let protocol = upgrade.protocol.filter(|p| {
             let ok = offered.iter().any(|o| o == p);
             if !ok {
@@ -320,7 +319,7 @@ impl Call {
             return;
         }
         let deflate = if plugin.policy.ws_compression {
-            crate::proto::ws_extension::negotiate(&headers)
+            crate::proto::ws_extension::negotiate(headers)
         } else {
             None
         };
@@ -341,7 +340,7 @@ impl Call {
         });
         // The instance that accepted is the one that opens.
         let opened = match self.instance.as_mut() {
-            Some(instance) => instance.on_open(ws_id, request).await,
+            Some(instance) => instance.on_open(ws_id, &request.lend()).await,
             None => Ok(()),
         };
         if let Err(failure) = opened {
@@ -462,29 +461,6 @@ fn origin(job: &RequestJob) -> Origin {
             path: job.head.path.clone(),
             received: job.received,
             metrics: Some(job.plugin.metrics.clone()),
-        },
-    }
-}
-
-/// The WIT view of a request. Moves the headers and body, no copies.
-fn to_wit(job: RequestJob) -> types::Request {
-    types::Request {
-        id: crate::text::hex_id(job.request_id),
-        method: job.head.method,
-        path: job.head.path,
-        mount: job.mount.to_string(),
-        query: job.head.query,
-        headers: job
-            .head
-            .headers
-            .into_iter()
-            .map(|(name, value)| types::Header { name, value })
-            .collect(),
-        body: job.body,
-        remote_addr: crate::text::address_text(job.remote),
-        version: match job.head.version {
-            Version::Http10 => types::HttpVersion::Http10,
-            Version::Http11 => types::HttpVersion::Http11,
         },
     }
 }

@@ -16,6 +16,7 @@
 
 use std::borrow::Cow;
 use std::mem::MaybeUninit;
+use std::sync::Arc;
 
 use super::{Header, ProtoError, Status, Version, has_token};
 use crate::limits::Limits;
@@ -37,11 +38,11 @@ pub enum Framing {
 /// A parsed and validated request head.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestHead {
-    /// The method token, e.g. `GET`.
-    pub method: String,
+    /// The method token, e.g. `GET`. Shared, like the path, with the call's access line.
+    pub method: Arc<str>,
     /// The path of the request-target, still percent-encoded (`/` for `*` and for absolute-form
     /// targets without a path).
-    pub path: String,
+    pub path: Arc<str>,
     /// The query after `?`, without the `?` (empty when absent).
     pub query: String,
     pub version: Version,
@@ -57,7 +58,7 @@ pub struct RequestHead {
 impl RequestHead {
     /// True for `HEAD`, whose response carries headers only.
     pub fn is_head(&self) -> bool {
-        self.method == "HEAD"
+        &*self.method == "HEAD"
     }
 }
 
@@ -194,18 +195,25 @@ fn remove_dot_segments(path: &str) -> Cow<'_, str> {
         Two,
     }
     fn dots(segment: &str) -> Dots {
-        let lower = segment.to_ascii_lowercase();
-        match lower.as_str() {
-            "." | "%2e" => Dots::One,
-            ".." | ".%2e" | "%2e." | "%2e%2e" => Dots::Two,
-            _ => Dots::None,
+        let one = |s: &str| s == "." || s.eq_ignore_ascii_case("%2e");
+        if one(segment) {
+            return Dots::One;
         }
+        // `..`, `.%2e`, `%2e.`, `%2e%2e`: two dots, split after the first.
+        let two = [1, 3].into_iter().any(|at| {
+            segment
+                .get(..at)
+                .zip(segment.get(at..))
+                .is_some_and(|(a, b)| one(a) && one(b))
+        });
+        if two { Dots::Two } else { Dots::None }
+    }
+    // Most paths have no dot at all, encoded or not.
+    if !path.contains('.') && !path.contains('%') {
+        return Cow::Borrowed(path);
     }
     let segments: Vec<&str> = path.split('/').skip(1).collect();
-    if segments
-        .iter()
-        .all(|s| s.len() > 6 || dots(s) == Dots::None)
-    {
+    if segments.iter().all(|s| dots(s) == Dots::None) {
         return Cow::Borrowed(path);
     }
     let mut out: Vec<&str> = Vec::with_capacity(segments.len());
@@ -383,8 +391,8 @@ fn validate(
         Version::Http10 => connection_keep_alive && !connection_close,
     };
     Ok(RequestHead {
-        method: method.to_owned(),
-        path: path.to_owned(),
+        method: Arc::from(method),
+        path: Arc::from(path),
         query: query.to_owned(),
         version,
         headers: Vec::new(),
@@ -518,11 +526,7 @@ mod tests {
         ] {
             let raw = format!("GET {target}?q=1 HTTP/1.1\r\nHost: a\r\n\r\n");
             let (h, _) = parse_ok(raw.as_bytes());
-            assert_eq!(
-                (h.path.as_str(), h.query.as_str()),
-                (path, "q=1"),
-                "{target}"
-            );
+            assert_eq!((&*h.path, h.query.as_str()), (path, "q=1"), "{target}");
         }
     }
 
@@ -532,8 +536,8 @@ mod tests {
             b"GET /a/b?x=1&y=2 HTTP/1.1\r\nHost: example\r\nX-Multi: 1\r\nx-multi: 2\r\n\r\nrest";
         let (head, n) = parse_ok(raw);
         assert_eq!(n, raw.len() - 4);
-        assert_eq!(head.method, "GET");
-        assert_eq!(head.path, "/a/b");
+        assert_eq!(&*head.method, "GET");
+        assert_eq!(&*head.path, "/a/b");
         assert_eq!(head.query, "x=1&y=2");
         assert_eq!(head.version, Version::Http11);
         assert_eq!(head.headers.len(), 3);
@@ -573,27 +577,27 @@ mod tests {
     #[test]
     fn absolute_form_and_asterisk_targets() {
         let (h, _) = parse_ok(b"GET http://example.com/x?q HTTP/1.1\r\nHost: a\r\n\r\n");
-        assert_eq!((h.path.as_str(), h.query.as_str()), ("/x", "q"));
+        assert_eq!((&*h.path, h.query.as_str()), ("/x", "q"));
         // The target's authority is the host the plugin sees.
         assert_eq!(
             crate::proto::header(&h.headers, "host"),
             Some(&b"example.com"[..])
         );
         let (h, _) = parse_ok(b"GET http://example.com HTTP/1.1\r\nHost: a\r\n\r\n");
-        assert_eq!(h.path, "/");
+        assert_eq!(&*h.path, "/");
         let (h, _) = parse_ok(b"GET http://example.com:81/ HTTP/1.0\r\n\r\n");
         assert_eq!(
             crate::proto::header(&h.headers, "host"),
             Some(&b"example.com:81"[..])
         );
         let (h, _) = parse_ok(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n");
-        assert_eq!(h.path, "*");
+        assert_eq!(&*h.path, "*");
     }
 
     #[test]
     fn leading_empty_lines_are_skipped() {
         let (h, _) = parse_ok(b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n");
-        assert_eq!(h.path, "/");
+        assert_eq!(&*h.path, "/");
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub fn check_headers(headers: &[Header]) -> Result<(), EncodeError> {
         if name.is_empty() || !name.bytes().all(is_token_byte) {
             return Err(EncodeError::HeaderName(name.clone()));
         }
-        if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+        if !value.iter().all(|&b| FIELD_VALUE[usize::from(b)]) {
             return Err(EncodeError::HeaderValue(name.clone()));
         }
     }
@@ -58,6 +58,16 @@ const HOST_OWNED: [&str; 6] = [
     "date",
     "upgrade",
 ];
+
+fn host_owned(name: &str) -> bool {
+    HOST_OWNED
+        .iter()
+        .any(|owned| name.eq_ignore_ascii_case(owned))
+}
+
+/// What `encode` writes around the plugin's headers and body, at most: the status line, the
+/// date, vary, content-encoding, content-length and connection lines, and the blank line.
+const FRAMING_MAX: usize = 256;
 
 /// Appends a complete response to `out`. Returns whether the connection stays open afterwards.
 pub fn encode(
@@ -99,20 +109,23 @@ pub fn encode(
         None => body,
     };
 
+    // Sized once: the response is written without growing the buffer.
+    let fields: usize = headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+    let sent = if req.head { 0 } else { payload.len() };
+    out.reserve(FRAMING_MAX + fields + sent);
     status_line(status, out);
     out.extend_from_slice(b"date: ");
     date::append_now(out);
     out.extend_from_slice(b"\r\n");
     let mut vary_written = false;
     for (name, value) in headers {
-        let lower = name.to_ascii_lowercase();
-        if HOST_OWNED.contains(&lower.as_str()) {
+        if host_owned(name) {
             continue;
         }
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
-        if vary && lower == "vary" && !vary_written {
+        if vary && !vary_written && name.eq_ignore_ascii_case("vary") {
             vary_written = true;
             if !has_token(value, "accept-encoding") && !has_token(value, "*") {
                 out.extend_from_slice(b", Accept-Encoding");
@@ -151,6 +164,8 @@ pub fn encode_simple(
     req: &RequestMeta<'_>,
     out: &mut Vec<u8>,
 ) -> bool {
+    let fields: usize = extra.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+    out.reserve(FRAMING_MAX + fields + message.len() + 1);
     status_line(status, out);
     out.extend_from_slice(b"date: ");
     date::append_now(out);
@@ -195,6 +210,10 @@ fn connection_header(version: Version, keep_alive: bool, out: &mut Vec<u8>) {
 /// `HTTP/1.1 SP status SP reason CRLF`; the SP before the reason is present even when the
 /// reason is empty (RFC 9112 §4).
 fn status_line(status: u16, out: &mut Vec<u8>) {
+    if status == 200 {
+        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        return;
+    }
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
     out.push(b' ');
@@ -203,8 +222,50 @@ fn status_line(status: u16, out: &mut Vec<u8>) {
 }
 
 fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    TOKEN[usize::from(b)]
 }
+
+/// `tchar` of RFC 9110 §5.6.2, by byte.
+static TOKEN: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            );
+        b += 1;
+    }
+    table
+};
+
+/// Bytes a field value may hold: anything but control characters, horizontal tab allowed
+/// (RFC 9110 §5.5; obs-text passes through).
+static FIELD_VALUE: [bool; 256] = {
+    let mut table = [true; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = b == 0x09;
+        b += 1;
+    }
+    table[0x7f] = false;
+    table
+};
 
 /// The standard reason phrase, or "" for codes without one.
 pub fn reason(status: u16) -> &'static str {
@@ -277,6 +338,52 @@ mod tests {
 
     fn h(name: &str, value: &str) -> Header {
         (name.to_owned(), value.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn the_byte_tables_follow_the_rfc() {
+        for b in 0..=255u8 {
+            let tchar = b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            assert_eq!(is_token_byte(b), tchar, "token byte {b:#04x}");
+            let allowed = !((b < 0x20 && b != b'\t') || b == 0x7f);
+            assert_eq!(FIELD_VALUE[usize::from(b)], allowed, "value byte {b:#04x}");
+        }
+    }
+
+    #[test]
+    fn the_response_is_written_without_growing_the_buffer() {
+        let body = "compressible text, ".repeat(500);
+        let headers = [
+            h("Content-Type", "text/plain"),
+            h("X-Long", &"v".repeat(3000)),
+            h("Vary", "Origin"),
+        ];
+        let fields: usize = headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+        let gzip = RequestMeta {
+            version: Version::Http10,
+            accept_encoding: Some(b"gzip"),
+            ..GET
+        };
+        for (status, req) in [(200, GET), (511, GET), (511, gzip)] {
+            let mut out = Vec::new();
+            encode(status, &headers, body.as_bytes(), &req, &mut out).unwrap();
+            // Reserved once (a buffer that grew would have at least doubled), and the bound
+            // holds with every line the host adds (vary, coding, keep-alive for HTTP/1.0).
+            let text = String::from_utf8_lossy(&out);
+            let sent: usize = text
+                .split("content-length: ")
+                .nth(1)
+                .and_then(|rest| rest.split("\r\n").next())
+                .map(|n| n.parse().unwrap())
+                .unwrap();
+            assert_eq!(
+                req.accept_encoding.is_some(),
+                sent < body.len(),
+                "gzip when asked"
+            );
+            assert_eq!(out.capacity(), FRAMING_MAX + fields + sent);
+            assert!(out.len() <= out.capacity());
+        }
     }
 
     #[test]

@@ -29,7 +29,6 @@ pub struct CallContext {
     access: Access,
     responder: Box<dyn Responder>,
     responded: bool,
-    buf: Vec<u8>,
 }
 
 impl fmt::Debug for CallContext {
@@ -59,12 +58,7 @@ pub struct Origin {
 }
 
 impl CallContext {
-    pub fn new(
-        origin: Origin,
-        plugin: std::sync::Arc<str>,
-        responder: Box<dyn Responder>,
-        buf: Vec<u8>,
-    ) -> Self {
+    pub fn new(origin: Origin, plugin: std::sync::Arc<str>, responder: Box<dyn Responder>) -> Self {
         CallContext {
             request_id: origin.request_id,
             plugin,
@@ -75,7 +69,6 @@ impl CallContext {
             access: origin.access,
             responder,
             responded: false,
-            buf,
         }
     }
 
@@ -95,15 +88,9 @@ impl CallContext {
         if self.responded {
             return;
         }
-        let mut out = std::mem::take(&mut self.buf);
-        out.clear();
+        let mut out = Vec::new();
         let keep_alive = response::encode_simple(status, extra, message, &self.meta(), &mut out);
         self.send(out, keep_alive, status);
-    }
-
-    /// Takes back the encoding buffer for reuse.
-    pub fn into_buffer(self) -> Vec<u8> {
-        self.buf
     }
 
     fn meta(&self) -> RequestMeta<'_> {
@@ -132,8 +119,8 @@ impl CallContext {
             );
             return Err(AlreadyResponded);
         }
-        let mut out = std::mem::take(&mut self.buf);
-        out.clear();
+        // One allocation per response: `encode` sizes the buffer before it writes.
+        let mut out = Vec::new();
         let meta = self.meta();
         let keep_alive = match response::encode(status, headers, body, &meta, &mut out) {
             Ok(keep_alive) => keep_alive,
@@ -167,8 +154,7 @@ impl CallContext {
         if self.responded {
             return;
         }
-        let mut out = std::mem::take(&mut self.buf);
-        out.clear();
+        let mut out = Vec::new();
         let keep_alive = response::encode_simple(status, &[], message, &self.meta(), &mut out);
         self.send(out, keep_alive, status);
     }
@@ -190,9 +176,6 @@ impl CallContext {
         self.responded = true;
         self.access
             .log(status, bytes.len(), &self.plugin, Some(self.request_id));
-        // The reply takes the bytes; the next response gets a fresh buffer with the same
-        // capacity, so the worker's steady state allocates one buffer per response at most.
-        self.buf = Vec::with_capacity(bytes.capacity().min(64 * 1024));
         self.responder.respond(bytes, !keep_alive);
     }
 }

@@ -62,7 +62,7 @@ impl Instance {
     /// have been moved into the guest.
     pub async fn handle_request(
         &mut self,
-        request: &mut types::Request,
+        request: &mut super::incoming::Incoming,
         call: CallContext,
         cancel: Cancel,
     ) -> (Result<types::Outcome, Failure>, CallContext) {

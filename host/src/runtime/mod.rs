@@ -33,6 +33,7 @@ pub mod exec;
 pub mod failure;
 pub mod guest_limits;
 pub mod http_grants;
+pub mod incoming;
 pub mod instance;
 pub mod instances;
 pub mod kv_host;

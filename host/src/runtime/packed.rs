@@ -3,7 +3,8 @@
 //! lowers two lists into the guest instead of a record of a dozen strings and lists, each
 //! copied in through its own call of the guest's allocator.
 
-use super::bindings::types;
+use super::incoming::Incoming;
+use crate::proto::Version;
 
 /// The interface a component exports to be called this way.
 pub const INTERFACE: &str = "ankh:plugin/packed-handler@0.2.0";
@@ -11,33 +12,36 @@ pub const INTERFACE: &str = "ankh:plugin/packed-handler@0.2.0";
 /// The function in it.
 pub const FUNCTION: &str = "handle-request";
 
-/// Appends `request`'s head (everything but its body) to `out`.
-pub fn encode_head(request: &types::Request, out: &mut Vec<u8>) {
-    let texts = [
-        &request.id,
-        &request.method,
-        &request.path,
-        &request.mount,
-        &request.query,
-        &request.remote_addr,
-    ];
-    let headers: usize = request
+/// Appends `request`'s head (everything but its body) to `out`, in one allocation: the id and
+/// the remote address are written as text straight into it.
+pub fn encode_head(request: &Incoming, out: &mut Vec<u8>) {
+    let head = &request.head;
+    let headers: usize = head
         .headers
         .iter()
-        .map(|h| 8 + h.name.len() + h.value.len())
+        .map(|(name, value)| 8 + name.len() + value.len())
         .sum();
-    out.reserve(1 + texts.iter().map(|t| 4 + t.len()).sum::<usize>() + 4 + headers);
-    out.push(match request.version {
-        types::HttpVersion::Http10 => 0,
-        types::HttpVersion::Http11 => 1,
+    let texts = 6 * 4 + 16 + head.method.len() + head.path.len();
+    let texts = texts + request.mount.len() + head.query.len() + crate::text::ADDRESS_MAX;
+    out.reserve(1 + texts + 4 + headers);
+    out.push(match head.version {
+        Version::Http10 => 0,
+        Version::Http11 => 1,
     });
-    for text in texts {
-        field(out, text.as_bytes());
-    }
-    out.extend_from_slice(&length(request.headers.len()));
-    for header in &request.headers {
-        field(out, header.name.as_bytes());
-        field(out, &header.value);
+    field(out, &crate::text::hex_digits(request.id));
+    field(out, head.method.as_bytes());
+    field(out, head.path.as_bytes());
+    field(out, request.mount.as_bytes());
+    field(out, head.query.as_bytes());
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    crate::text::append_address(out, request.remote);
+    let written = length(out.len() - at - 4);
+    out[at..at + 4].copy_from_slice(&written);
+    out.extend_from_slice(&length(head.headers.len()));
+    for (name, value) in &head.headers {
+        field(out, name.as_bytes());
+        field(out, value);
     }
 }
 
@@ -60,30 +64,41 @@ mod tests {
 
     #[test]
     fn the_head_follows_the_documented_layout() {
-        let request = types::Request {
-            id: "0a".into(),
-            method: "GET".into(),
-            path: "/m/x".into(),
-            mount: "/m".into(),
-            query: String::new(),
-            headers: vec![types::Header {
-                name: "Host".into(),
-                value: vec![0xff, b'h'],
-            }],
-            body: b"not in the head".to_vec(),
-            remote_addr: "1.2.3.4:5".into(),
-            version: types::HttpVersion::Http11,
-        };
+        let request = super::super::incoming::tests::incoming(
+            b"GET /m/x HTTP/1.1\r\nHost: h\r\nX-Bin: \xffh\r\n\r\n",
+            b"not in the head",
+        );
         let mut out = vec![9];
         encode_head(&request, &mut out);
         let mut expected = vec![9, 1];
-        for text in ["0a", "GET", "/m/x", "/m", "", "1.2.3.4:5"] {
+        let fields = ["000000000000002a", "GET", "/m/x", "/m", "", "10.0.0.7:4242"];
+        for text in fields {
             expected.extend_from_slice(&(text.len() as u32).to_le_bytes());
             expected.extend_from_slice(text.as_bytes());
         }
-        expected.extend_from_slice(&[1, 0, 0, 0, 4, 0, 0, 0]);
+        expected.extend_from_slice(&[2, 0, 0, 0]);
+        expected.extend_from_slice(&[4, 0, 0, 0]);
         expected.extend_from_slice(b"Host");
+        expected.extend_from_slice(&[1, 0, 0, 0, b'h']);
+        expected.extend_from_slice(&[5, 0, 0, 0]);
+        expected.extend_from_slice(b"X-Bin");
         expected.extend_from_slice(&[2, 0, 0, 0, 0xff, b'h']);
         assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn a_long_address_fits_the_reservation() {
+        let mut request = super::super::incoming::tests::incoming(b"GET / HTTP/1.0\r\n\r\n", b"");
+        request.remote = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff%4294967295]:65535"
+            .parse()
+            .unwrap();
+        let mut out = Vec::new();
+        encode_head(&request, &mut out);
+        let capacity = out.capacity();
+        assert!(out.len() <= capacity);
+        let text = request.remote.to_string();
+        assert!(text.len() <= crate::text::ADDRESS_MAX, "{text}");
+        assert!(out.windows(text.len()).any(|w| w == text.as_bytes()));
+        assert_eq!(out[0], 0, "HTTP/1.0");
     }
 }

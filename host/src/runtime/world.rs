@@ -17,6 +17,7 @@ use wasmtime::component::{Component, ComponentExportIndex, InstancePre, TypedFun
 use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 
 use super::bindings::{self, legacy, types};
+use super::incoming::Incoming;
 use super::state::HostState;
 
 /// `packed-handler.handle-request`: the head and the body of a request.
@@ -139,33 +140,38 @@ fn packed_signature_fits(component: &Component, engine: &wasmtime::Engine) -> bo
 const HANDLER: &str = "ankh:plugin/handler@0.2.0";
 
 impl Exports {
-    /// Calls the request handler. The body may be moved into the guest: `request` comes back
-    /// with an empty one.
+    /// Calls the request handler. The body is moved into the guest: `request` comes back
+    /// with an empty one, its head as it was.
     pub async fn handle_request(
         &self,
         store: &mut Store<HostState>,
-        request: &mut types::Request,
+        request: &mut Incoming,
     ) -> wasmtime::Result<types::Outcome> {
-        match self {
+        let record = match self {
             Exports::Current(_, Some(packed)) => {
                 let mut head = Vec::new();
                 super::packed::encode_head(request, &mut head);
                 let body = std::mem::take(&mut request.body);
                 let (outcome,) = packed.call_async(store, (head, body)).await?;
-                Ok(outcome)
+                return Ok(outcome);
             }
-            Exports::Current(p, None) => {
+            _ => request.lend(),
+        };
+        let outcome = match self {
+            Exports::Current(p, _) => {
                 p.ankh_plugin_handler()
-                    .call_handle_request(store, request)
+                    .call_handle_request(&mut *store, &record)
                     .await
             }
             Exports::Legacy(p) => {
                 p.ankh_plugin_handler()
-                    .call_handle_request(store, request)
+                    .call_handle_request(&mut *store, &record)
                     .await
             }
-            Exports::Proxy(p) => super::proxy::handle(store, p, request).await,
-        }
+            Exports::Proxy(p) => super::proxy::handle(store, p, &record).await,
+        };
+        request.restore(record);
+        outcome
     }
 
     pub async fn on_open(

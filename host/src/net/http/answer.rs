@@ -2,6 +2,7 @@
 //! dispatcher refused, `OPTIONS *`. Each is logged like a plugin's, with the request's method
 //! and path when its head was read.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{HttpConn, State, Transport};
@@ -77,7 +78,7 @@ impl<S: Transport> HttpConn<S> {
         let (method, path) = self
             .current
             .clone()
-            .unwrap_or_else(|| ("-".to_owned(), "-".to_owned()));
+            .unwrap_or_else(|| (Arc::from("-"), Arc::from("-")));
         Access {
             remote: self.peer,
             method,

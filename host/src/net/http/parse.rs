@@ -48,7 +48,7 @@ impl<S: Transport> HttpConn<S> {
                 };
                 self.input.buf.drain(..used);
                 self.current = Some((head.method.clone(), head.path.clone()));
-                if head.path == "*" {
+                if &*head.path == "*" {
                     // `OPTIONS *` asks about the server itself (RFC 9110 §9.3.7).
                     self.answer_server_options(&head);
                     return Ok(true);
