@@ -50,18 +50,35 @@ impl Address {
         };
         for (i, octet) in v4.ip().octets().into_iter().enumerate() {
             if i > 0 {
-                text.push(b".");
+                text.push(b'.');
             }
-            text.push(itoa::Buffer::new().format(octet).as_bytes());
+            text.push_decimal(octet.into());
         }
-        text.push(b":");
-        text.push(itoa::Buffer::new().format(v4.port()).as_bytes());
+        text.push(b':');
+        text.push_decimal(v4.port());
         text
     }
 
-    fn push(&mut self, bytes: &[u8]) {
-        self.bytes[self.len..self.len + bytes.len()].copy_from_slice(bytes);
-        self.len += bytes.len();
+    fn push(&mut self, byte: u8) {
+        self.bytes[self.len] = byte;
+        self.len += 1;
+    }
+
+    /// Byte by byte: the fields are a few digits each, shorter than a call to copy them.
+    fn push_decimal(&mut self, mut n: u16) {
+        let mut digits = [0; 5];
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for &digit in &digits[start..] {
+            self.push(digit);
+        }
     }
 
     fn as_bytes(&self) -> &[u8] {

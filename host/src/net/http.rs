@@ -142,7 +142,7 @@ impl<S: Transport> HttpConn<S> {
             stream,
             peer,
             input: Input::default(),
-            out: OutBuf::new(now),
+            out: OutBuf::new(),
             state: State::Head,
             seq: 0,
             in_flight: None,
@@ -270,7 +270,7 @@ impl<S: Transport> HttpConn<S> {
     /// Reads, parses and writes until nothing more can happen without an event.
     pub(super) fn advance(&mut self, ctx: &HttpCtx<'_>) -> Step {
         let liveness = self.advance_inner(ctx);
-        self.update_clocks(Instant::now());
+        self.update_clocks();
         Step {
             liveness,
             dispatch: self.ready.take(),

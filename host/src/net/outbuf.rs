@@ -11,21 +11,23 @@ use super::io::{Step, write_some};
 const IDLE_CAPACITY_BYTES: usize = 16 * 1024;
 
 /// Output of one connection.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct OutBuf {
     buf: Vec<u8>,
     /// Bytes of `buf` already written.
     pos: usize,
-    /// When pending output last moved (or first appeared).
-    progress: Instant,
+    /// When pending output last moved, or first waited: read from the clock only when a
+    /// write leaves bytes behind (`None` while output that appeared since is not flushed),
+    /// so a response written whole costs no clock read.
+    progress: Option<Instant>,
 }
 
 impl OutBuf {
-    pub fn new(now: Instant) -> Self {
+    pub fn new() -> Self {
         OutBuf {
             buf: Vec::new(),
             pos: 0,
-            progress: now,
+            progress: None,
         }
     }
 
@@ -41,8 +43,10 @@ impl OutBuf {
 
     /// How long pending output has made no progress; `None` when nothing is pending.
     pub fn stalled(&self, now: Instant) -> Option<Duration> {
-        self.pending()
-            .then(|| now.saturating_duration_since(self.progress))
+        self.pending().then(|| {
+            self.progress
+                .map_or(Duration::ZERO, |p| now.saturating_duration_since(p))
+        })
     }
 
     /// Appends bytes.
@@ -56,7 +60,7 @@ impl OutBuf {
         if self.pending() {
             self.push(&bytes);
         } else {
-            self.progress = Instant::now();
+            self.progress = None;
             self.buf = bytes;
             self.pos = 0;
         }
@@ -65,7 +69,7 @@ impl OutBuf {
     /// Lets `write` append to the unwritten bytes (a frame writer, say).
     pub fn append(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
         if !self.pending() {
-            self.progress = Instant::now();
+            self.progress = None;
         }
         self.compact();
         write(&mut self.buf);
@@ -87,9 +91,14 @@ impl OutBuf {
                 Step::Moved(n) => {
                     self.pos += n;
                     written += n;
-                    self.progress = Instant::now();
                 }
-                Step::WouldBlock | Step::Eof => return Ok(written),
+                Step::WouldBlock | Step::Eof => {
+                    // Bytes are left behind: the send timeout counts from now.
+                    if written > 0 || self.progress.is_none() {
+                        self.progress = Some(Instant::now());
+                    }
+                    return Ok(written);
+                }
             }
         }
         self.buf.clear();
@@ -128,7 +137,7 @@ mod tests {
 
     #[test]
     fn partial_writes_keep_order_and_count() {
-        let mut out = OutBuf::new(Instant::now());
+        let mut out = OutBuf::new();
         out.push_owned(b"hello ".to_vec());
         out.push(b"world");
         assert_eq!(out.backlog(), 11);
@@ -144,5 +153,30 @@ mod tests {
         assert_eq!(dst.out, b"hello world!");
         assert!(!out.pending());
         assert_eq!(out.stalled(Instant::now()), None);
+    }
+
+    #[test]
+    fn a_stall_counts_from_the_last_write_that_left_bytes_behind() {
+        let mut out = OutBuf::new();
+        out.push_owned(b"abcdef".to_vec());
+        // Not flushed yet: nothing has stalled.
+        let later = Instant::now() + Duration::from_secs(60);
+        assert_eq!(out.stalled(later), Some(Duration::ZERO));
+        let mut dst = Narrow {
+            out: Vec::new(),
+            room: 0,
+        };
+        assert_eq!(out.flush(&mut dst).unwrap(), 0);
+        let blocked = out.stalled(later).unwrap();
+        assert!(blocked >= Duration::from_secs(59), "{blocked:?}");
+        // More output onto a blocked backlog does not restart the clock.
+        out.push(b"gh");
+        assert!(out.stalled(later).unwrap() >= Duration::from_secs(59));
+        dst.room = 2;
+        out.flush(&mut dst).unwrap();
+        dst.room = 100;
+        out.flush(&mut dst).unwrap();
+        assert_eq!(out.stalled(later), None);
+        assert_eq!(dst.out, b"abcdefgh");
     }
 }

@@ -60,8 +60,9 @@ impl<S: Transport> HttpConn<S> {
         self.stay()
     }
 
-    /// Starts and stops the idle and request clocks as the state changes.
-    pub(super) fn update_clocks(&mut self, now: Instant) {
+    /// Starts and stops the idle and request clocks as the state changes; the clock is read
+    /// only when one starts.
+    pub(super) fn update_clocks(&mut self) {
         match self.state {
             // Idle only once the last answer is out: a client slow to read it is the send
             // timeout's business.
@@ -71,11 +72,11 @@ impl<S: Transport> HttpConn<S> {
             }
             State::Head if self.input.buf.is_empty() => {
                 self.request_since = None;
-                self.idle_since.get_or_insert(now);
+                self.idle_since.get_or_insert_with(Instant::now);
             }
             State::Head | State::Body { .. } => {
                 self.idle_since = None;
-                self.request_since.get_or_insert(now);
+                self.request_since.get_or_insert_with(Instant::now);
             }
             State::Waiting | State::Closing | State::Lingering { .. } => {
                 self.idle_since = None;
