@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# What one request costs the whole server in user-space instructions, counted by callgrind:
+# a number the machine's noise does not move, where wall-clock runs scatter by ±10-15%.
+# Serves the `bench` plugin with each ankh binary in turn under valgrind, sends N hello-world
+# requests over one keep-alive connection (curl), counting only those, and prints
+# instructions per request (the kernel's share, `recv` and `send`, is not counted).
+#
+#   benches/instructions.sh [-n REQUESTS] [-p PATH] BIN...
+#
+# Needs valgrind and curl (Debian packages of the same names). Takes about a minute per binary.
+set -euo pipefail
+requests=4000 path=/
+while getopts "n:p:" opt; do
+    case $opt in
+        n) requests=$OPTARG ;; p) path=$OPTARG ;; *) exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+[ $# -ge 1 ] || { echo "usage: $0 [-n REQUESTS] [-p PATH] BIN..." >&2; exit 2; }
+for tool in valgrind callgrind_control callgrind_annotate curl; do
+    command -v $tool >/dev/null || { echo "needs $tool (apt-get install valgrind curl)" >&2; exit 2; }
+done
+root=$(cd "$(dirname "$0")/.." && pwd)
+wasm=$root/plugins/target/wasm32-wasip2/release/bench.wasm
+[ -f "$wasm" ] || cargo build --release --target wasm32-wasip2 --manifest-path "$root/plugins/Cargo.toml" -p bench
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+mkdir "$work/plugins"
+cp "$wasm" "$work/plugins/index.wasm"
+cp "$root/plugins/bench.toml" "$work/plugins/index.toml"
+
+for bin in "$@"; do
+    bin=$(realpath "$bin")
+    rm -rf "$work/run" && mkdir "$work/run"
+    (cd "$work/run" && exec valgrind --tool=callgrind --callgrind-out-file=out.%p \
+        "$bin" serve --plugins "$work/plugins" --listen 127.0.0.1:0 --ready-file ready \
+        --no-watch --cache-dir "$work/cache" --workers 2 2>log >/dev/null) &
+    pid=$!
+    for _ in $(seq 1200); do [ -s "$work/run/ready" ] && break; sleep 0.1; done
+    url="http://$(cat "$work/run/ready")$path"
+    # Warm: the first calls instantiate the plugin and fill caches.
+    curl -s -o /dev/null "$url?warm=[1-200]"
+    callgrind_control -z "$pid" >/dev/null 2>&1
+    curl -s -o /dev/null "$url?n=[1-$requests]"
+    callgrind_control -d "$pid" >/dev/null 2>&1
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    total=$(callgrind_annotate --auto=no "$(ls "$work"/run/out.*.1 | head -1)" 2>/dev/null |
+        awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+    echo "$bin: $((total / requests)) instructions per request ($requests requests, $path)"
+done
