@@ -1,6 +1,7 @@
 //! [`Request`]: read-only access to one buffered request, with the path made relative to the
 //! plugin's mount point and the query and route captures decoded.
 
+use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::fmt;
 
@@ -19,7 +20,9 @@ use crate::wit;
 #[derive(Clone)]
 pub struct Request {
     fields: Fields,
-    route_path: String,
+    /// The decoded route path, when decoding changed it (`None`: the raw one, read from the
+    /// fields, so the common request allocates nothing for it).
+    route_path: Option<String>,
     /// `route_path` split on `/` *before* decoding, so a `%2F` stays inside its segment.
     segments: Vec<String>,
     params: Vec<(String, String)>,
@@ -71,7 +74,10 @@ impl Request {
 
     fn with_fields(fields: Fields) -> Self {
         let route_raw = route_raw(fields.text(Text::Path), fields.text(Text::Mount));
-        let route_path = percent::decode_path(route_raw).into_owned();
+        let route_path = match percent::decode_path(route_raw) {
+            Cow::Borrowed(_) => None,
+            Cow::Owned(decoded) => Some(decoded),
+        };
         let segments = route_raw[1..]
             .split('/')
             .map(|segment| percent::decode_path(segment).into_owned())
@@ -147,7 +153,10 @@ impl Request {
     /// slash: for a plugin mounted at `/todo`, both `/todo` and `/todo/` give `/`, and
     /// `/todo/items%20x` gives `/items x`. The [`Router`](crate::Router) matches against this.
     pub fn route_path(&self) -> &str {
-        &self.route_path
+        match &self.route_path {
+            Some(decoded) => decoded,
+            None => route_raw(self.field(Text::Path), self.field(Text::Mount)),
+        }
     }
 
     /// The decoded segments of the route path (the router's input).
