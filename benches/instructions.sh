@@ -38,10 +38,12 @@ for bin in "$@"; do
     pid=$!
     for _ in $(seq 1200); do [ -s "$work/run/ready" ] && break; sleep 0.1; done
     url="http://$(cat "$work/run/ready")$path"
+    # A numbered parameter of its own makes each request distinct for curl's globbing.
+    case $path in *\?*) sep='&' ;; *) sep='?' ;; esac
     # Warm: the first calls instantiate the plugin and fill caches.
-    curl -s -o /dev/null "$url?warm=[1-200]"
+    curl -s -o /dev/null "$url${sep}warm=[1-200]"
     callgrind_control -z "$pid" >/dev/null 2>&1
-    curl -s -o /dev/null "$url?n=[1-$requests]"
+    curl -s -o /dev/null "$url${sep}n=[1-$requests]"
     callgrind_control -d "$pid" >/dev/null 2>&1
     kill "$pid"; wait "$pid" 2>/dev/null || true
     total=$(callgrind_annotate --auto=no "$(ls "$work"/run/out.*.1 | head -1)" 2>/dev/null |
