@@ -10,6 +10,7 @@ use crate::message::{ConnId, WsEvent, WsId};
 use crate::pool::job::{EventJob, Job, RequestJob};
 use crate::pool::{Busy, WorkerPool};
 use crate::proto::request::RequestHead;
+use crate::runtime::incoming::Incoming;
 use crate::runtime::registry::{Mount, Registry};
 use crate::runtime::watch::Cancel;
 
@@ -151,12 +152,14 @@ impl Dispatcher {
         let job = Box::new(Job::Request(RequestJob {
             conn,
             seq,
-            request_id,
             plugin: mount.plugin,
-            mount: mount.prefix,
-            head,
-            body,
-            remote,
+            request: Incoming {
+                id: request_id,
+                head,
+                mount: mount.prefix,
+                body,
+                remote,
+            },
             received: std::time::Instant::now(),
             slot,
             cancel,

@@ -207,8 +207,8 @@ impl Call {
         let instance = match self.instance().await {
             Ok(instance) => instance,
             Err(failure) => {
-                let context = format!("instantiating for request {:016x}", job.request_id);
-                self.discard(&failure, Some(job.request_id), &context);
+                let context = format!("instantiating for request {:016x}", job.request.id);
+                self.discard(&failure, Some(job.request.id), &context);
                 let message =
                     call.error_message(&format!("could not be instantiated: {}", failure.error));
                 call.respond_error(failure.error.status(), &message);
@@ -218,13 +218,7 @@ impl Call {
         let mut job = job;
         let slot = job.slot.take();
         let cancel = job.cancel.clone();
-        let mut request = Incoming {
-            id: job.request_id,
-            head: job.head,
-            mount: job.mount,
-            body: job.body,
-            remote: job.remote,
-        };
+        let mut request = job.request;
         let (result, mut call) = instance.handle_request(&mut request, call, cancel).await;
         // Whether or not the call took it, the body is not the WebSocket's (`on-open` gets
         // the request without it).
@@ -450,15 +444,15 @@ fn to_connection(reply: &Replies, conn: ConnId, seq: u64) -> Box<dyn Responder> 
 
 fn origin(job: &RequestJob) -> Origin {
     Origin {
-        request_id: job.request_id,
-        version: job.head.version,
-        head: job.head.is_head(),
-        keep_alive: job.head.keep_alive,
-        accept_encoding: header(&job.head.headers, "accept-encoding").map(<[u8]>::to_vec),
+        request_id: job.request.id,
+        version: job.request.head.version,
+        head: job.request.head.is_head(),
+        keep_alive: job.request.head.keep_alive,
+        accept_encoding: header(&job.request.head.headers, "accept-encoding").map(<[u8]>::to_vec),
         access: Access {
-            remote: job.remote,
-            method: job.head.method.clone(),
-            path: job.head.path.clone(),
+            remote: job.request.remote,
+            method: job.request.head.method.clone(),
+            path: job.request.head.path.clone(),
             received: job.received,
             metrics: Some(job.plugin.metrics.clone()),
         },

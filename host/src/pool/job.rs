@@ -1,11 +1,10 @@
 //! What the I/O thread hands the pool: a [`Job`], a complete request or an event of a
 //! WebSocket connection, with everything a worker needs to run it.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::message::{Cancel, ConnId, WsEvent, WsId};
-use crate::proto::request::RequestHead;
+use crate::runtime::incoming::Incoming;
 use crate::runtime::plugin::Plugin;
 
 /// Work for a worker: a request, or an event of a WebSocket connection, or a call an event
@@ -23,14 +22,9 @@ pub struct RequestJob {
     pub conn: ConnId,
     /// The request's position on its connection; replies for other positions are stale.
     pub seq: u64,
-    /// Unique within this process; shown to the client on errors and in every log line.
-    pub request_id: u64,
     pub plugin: Arc<Plugin>,
-    /// The prefix the plugin was reached under (`""` for the index plugin).
-    pub mount: Arc<str>,
-    pub head: RequestHead,
-    pub body: Vec<u8>,
-    pub remote: SocketAddr,
+    /// The request itself, as the plugin's instance takes it.
+    pub request: Incoming,
     /// When the request was complete, for the access log's duration.
     pub received: std::time::Instant,
     /// The plugin's concurrency slot, held until the request is handled.
