@@ -50,12 +50,40 @@ pub fn has_token(value: &[u8], token: &str) -> bool {
 /// A header field as it crosses the host: name as sent, raw value bytes.
 pub type Header = (String, Vec<u8>);
 
+/// A header field, owned ([`Header`]) or read in place from a buffer (`(&[u8], &[u8])`, as
+/// a plugin's packed answer holds them): what the response encoder takes. The name is bytes:
+/// the encoder checks that it is a token, which is ASCII, so it never needs it as text.
+pub trait Field {
+    fn name(&self) -> &[u8];
+    fn value(&self) -> &[u8];
+}
+
+impl Field for Header {
+    fn name(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
+    fn value(&self) -> &[u8] {
+        &self.1
+    }
+}
+
+impl Field for (&[u8], &[u8]) {
+    fn name(&self) -> &[u8] {
+        self.0
+    }
+
+    fn value(&self) -> &[u8] {
+        self.1
+    }
+}
+
 /// The value of the first header called `name` (ASCII case-insensitive).
-pub fn header<'a>(headers: &'a [Header], name: &str) -> Option<&'a [u8]> {
+pub fn header<'a, F: Field>(headers: &'a [F], name: &str) -> Option<&'a [u8]> {
     headers
         .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.as_slice())
+        .find(|f| f.name().eq_ignore_ascii_case(name.as_bytes()))
+        .map(Field::value)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //! buffer for every response it writes.
 
 use super::encoding::{self, Coding};
-use super::{Header, Version, date, has_token, header};
+use super::{Field, Version, date, has_token, header};
 
 /// What the encoder needs to know about the request being answered.
 #[derive(Debug, Clone, Copy)]
@@ -37,13 +37,19 @@ pub enum EncodeError {
 /// Checks header fields a plugin wants sent: each name a token, each value free of control
 /// characters other than horizontal tab (RFC 9110 §5.1, §5.5). The one rule for every
 /// response a plugin writes, the `101` of a WebSocket upgrade included.
-pub fn check_headers(headers: &[Header]) -> Result<(), EncodeError> {
-    for (name, value) in headers {
-        if name.is_empty() || !name.bytes().all(is_token_byte) {
-            return Err(EncodeError::HeaderName(name.clone()));
+pub fn check_headers<F: Field>(headers: &[F]) -> Result<(), EncodeError> {
+    for field in headers {
+        let name = field.name();
+        if name.is_empty() || !name.iter().copied().all(is_token_byte) {
+            return Err(EncodeError::HeaderName(
+                String::from_utf8_lossy(name).into_owned(),
+            ));
         }
-        if !value.iter().all(|&b| FIELD_VALUE[usize::from(b)]) {
-            return Err(EncodeError::HeaderValue(name.clone()));
+        if !field.value().iter().all(|&b| FIELD_VALUE[usize::from(b)]) {
+            // A token is ASCII: the name is text here.
+            return Err(EncodeError::HeaderValue(
+                String::from_utf8_lossy(name).into_owned(),
+            ));
         }
     }
     Ok(())
@@ -59,10 +65,10 @@ const HOST_OWNED: [&str; 6] = [
     "upgrade",
 ];
 
-fn host_owned(name: &str) -> bool {
+fn host_owned(name: &[u8]) -> bool {
     HOST_OWNED
         .iter()
-        .any(|owned| name.eq_ignore_ascii_case(owned))
+        .any(|owned| name.eq_ignore_ascii_case(owned.as_bytes()))
 }
 
 /// What `encode` writes around the plugin's headers and body, at most: the status line, the
@@ -70,9 +76,9 @@ fn host_owned(name: &str) -> bool {
 const FRAMING_MAX: usize = 256;
 
 /// Appends a complete response to `out`. Returns whether the connection stays open afterwards.
-pub fn encode(
+pub fn encode<F: Field>(
     status: u16,
-    headers: &[Header],
+    headers: &[F],
     body: &[u8],
     req: &RequestMeta<'_>,
     out: &mut Vec<u8>,
@@ -110,7 +116,10 @@ pub fn encode(
     };
 
     // Sized once: the response is written without growing the buffer.
-    let fields: usize = headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+    let fields: usize = headers
+        .iter()
+        .map(|f| f.name().len() + f.value().len() + 4)
+        .sum();
     let sent = if req.head { 0 } else { payload.len() };
     out.reserve(FRAMING_MAX + fields + sent);
     status_line(status, out);
@@ -118,14 +127,15 @@ pub fn encode(
     date::append_now(out);
     out.extend_from_slice(b"\r\n");
     let mut vary_written = false;
-    for (name, value) in headers {
+    for field in headers {
+        let (name, value) = (field.name(), field.value());
         if host_owned(name) {
             continue;
         }
-        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(name);
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
-        if vary && !vary_written && name.eq_ignore_ascii_case("vary") {
+        if vary && !vary_written && name.eq_ignore_ascii_case(b"vary") {
             vary_written = true;
             if !has_token(value, "accept-encoding") && !has_token(value, "*") {
                 out.extend_from_slice(b", Accept-Encoding");
@@ -322,6 +332,7 @@ pub fn reason(status: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::Header;
 
     const GET: RequestMeta<'static> = RequestMeta {
         version: Version::Http11,
@@ -430,7 +441,7 @@ mod tests {
         let bad = [h("X-A", "a\r\nSet-Cookie: x")];
         assert!(encode(200, &bad, b"", &GET, &mut out).is_err());
         assert!(encode(200, &[h("Bad Name", "x")], b"", &GET, &mut out).is_err());
-        assert!(encode(101, &[], b"", &GET, &mut out).is_err());
+        assert!(encode(101, &[] as &[Header], b"", &GET, &mut out).is_err());
         for control in ["a\x01b", "a\x1fb", "a\x7fb", "a\0b"] {
             let e = encode(200, &[h("X-A", control)], b"", &GET, &mut out);
             assert_eq!(
@@ -445,7 +456,7 @@ mod tests {
         }
         for status in [600, 999, 199] {
             assert_eq!(
-                encode(status, &[], b"", &GET, &mut out),
+                encode(status, &[] as &[Header], b"", &GET, &mut out),
                 Err(EncodeError::Status(status))
             );
         }

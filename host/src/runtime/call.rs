@@ -9,7 +9,7 @@ use std::fmt;
 
 pub use crate::access::Access;
 use crate::proto::response::{self, RequestMeta};
-use crate::proto::{Header, Version};
+use crate::proto::{Field, Version};
 
 /// Where the answer to a request goes. The runtime knows nothing of connections: the pool
 /// gives each call one of these, which hands the bytes to the I/O thread.
@@ -104,10 +104,10 @@ impl CallContext {
 
     /// Sends a plugin's response. An invalid one (bad status or header) is replaced by a 500 and
     /// logged.
-    pub fn respond(
+    pub fn respond<F: Field>(
         &mut self,
         status: u16,
-        headers: &[Header],
+        headers: &[F],
         body: &[u8],
     ) -> Result<(), AlreadyResponded> {
         if self.responded {
@@ -122,8 +122,8 @@ impl CallContext {
         // One allocation per response: `encode` sizes the buffer before it writes.
         let mut out = Vec::new();
         let meta = self.meta();
-        let keep_alive = match response::encode(status, headers, body, &meta, &mut out) {
-            Ok(keep_alive) => keep_alive,
+        let (keep_alive, sent) = match response::encode(status, headers, body, &meta, &mut out) {
+            Ok(keep_alive) => (keep_alive, status),
             Err(e) => {
                 error_limited!(
                     plugin = %self.plugin,
@@ -132,10 +132,12 @@ impl CallContext {
                 );
                 out.clear();
                 let message = self.error_message(&format!("returned an invalid response ({e})"));
-                response::encode_simple(500, &[], &message, &meta, &mut out)
+                let keep_alive = response::encode_simple(500, &[], &message, &meta, &mut out);
+                (keep_alive, 500)
             }
         };
-        self.send(out, keep_alive, status);
+        // The access line and the metrics count the status that was sent.
+        self.send(out, keep_alive, sent);
         Ok(())
     }
 
