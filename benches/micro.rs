@@ -24,12 +24,12 @@ use ankh::pool::reply::{Reply, ReplyTx, reply_channel};
 use ankh::proto::encoding::{Coding, compress};
 use ankh::proto::response::{RequestMeta, encode};
 use ankh::proto::{Status, Version};
-use ankh::runtime::bindings::types;
 use ankh::runtime::call::{CallContext, Origin, Responder};
 use ankh::runtime::engine::{Runtime, RuntimeConfig};
 use ankh::runtime::exec::block_on;
 use ankh::runtime::incoming::Incoming;
 use ankh::runtime::instance::Instance;
+use ankh::runtime::packed::Answer;
 use ankh::runtime::plugin::Plugin;
 use ankh::runtime::state::WsLink;
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -241,8 +241,8 @@ fn plugin(c: &mut Criterion) {
             );
             let (outcome, _call) =
                 block_on(instance.handle_request(&mut request, call, Default::default()));
-            match outcome.unwrap() {
-                types::Outcome::Respond(r) => assert_eq!(r.status, 200),
+            match outcome.unwrap().answer() {
+                Ok(Answer::Respond { status, .. }) => assert_eq!(status, 200),
                 _ => panic!("the bench plugin responds"),
             }
         };

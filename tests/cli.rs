@@ -141,6 +141,60 @@ fn a_packed_handler_with_another_signature_is_refused_with_the_reason() {
     assert_eq!(s.get("/hello").0, 200);
 }
 
+/// A component whose `packed-handler.handle` returns answers that break the packed layout:
+/// each is answered 500 with the fault named (in the body and the log), the instance serves on
+/// (no trap, no replacement), and `handle` is what the host calls when it is exported.
+#[test]
+fn a_malformed_packed_answer_is_a_500_that_names_the_fault() {
+    let out = Command::new(ankh_bin())
+        .args(["check", plugins::BADANSWER, "--no-cache"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("answers as one: packed-handler"), "{text}");
+
+    let s = Options::default()
+        .plugin(plugins::BADANSWER)
+        .plugin(plugins::HELLO)
+        .start();
+    let good = s.request(b"GET /badanswer/good HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(good.status, 200);
+    assert_eq!(good.body, b"packed answer", "the host called `handle`");
+    assert_eq!(good.header("x-packed"), Some("yes"));
+    let faults = [
+        ("truncated", "malformed packed answer (truncated)"),
+        (
+            "lie",
+            "malformed packed answer (a header count past the end)",
+        ),
+        ("kind", "malformed packed answer (an unknown kind)"),
+        ("name", "header name \"\u{fffd}x\" is not a valid token"),
+        ("trailing", "malformed packed answer (bytes after the end)"),
+        ("empty", "malformed packed answer (truncated)"),
+        (
+            "value",
+            "the value of header \"x-split\" contains a control character",
+        ),
+    ];
+    for (path, fault) in faults {
+        let (status, body) = s.get(&format!("/badanswer/{path}"));
+        assert_eq!(status, 500, "/{path}: {body}");
+        assert!(body.contains(fault), "/{path}: {body}");
+        assert!(!body.contains("x-injected"), "/{path}: {body}");
+        s.wait_for_log(fault);
+        // The access line counts the 500 that was sent, not the status the plugin asked for.
+        s.wait_for_log(&format!("GET /badanswer/{path} 500 "));
+        assert_eq!(s.get("/badanswer/good"), (200, "packed answer".to_owned()));
+    }
+    // `done` without having responded is the plugin's mistake too, said as such.
+    let (status, body) = s.get("/badanswer/done");
+    assert_eq!(status, 500);
+    assert!(body.contains("returned without responding"), "{body}");
+    assert_eq!(s.get("/hello").0, 200);
+    assert!(!s.log().contains("instance discarded"), "{}", s.log());
+}
+
 #[test]
 fn check_reports_imports_exports_policy_and_verdict() {
     let ok = Command::new(ankh_bin())
@@ -158,7 +212,7 @@ fn check_reports_imports_exports_policy_and_verdict() {
     for needle in [
         "plugin:   hello, mounted at /hello",
         "exports:\n  ankh:plugin/packed-handler@0.2.0\n  ankh:plugin/handler@0.2.0\n  ankh:plugin/websocket-handler@0.2.0",
-        "world:    ankh:plugin@0.2.0 (requests as two buffers: packed-handler)",
+        "world:    ankh:plugin@0.2.0 (requests as two buffers, answers as one: packed-handler)",
         "wasi:cli/stdout@0.2",
         "cpu deadline:  750 ms per call",
         "verdict:  accepted",

@@ -12,12 +12,12 @@ use ankh::limits::Limits;
 use ankh::message::{Cancel, Outbound, WsId};
 use ankh::proto::request::parse;
 use ankh::proto::{Status, Version};
-use ankh::runtime::bindings::types;
 use ankh::runtime::call::{CallContext, Origin, Responder};
 use ankh::runtime::engine::{Runtime, RuntimeConfig};
 use ankh::runtime::exec::block_on;
 use ankh::runtime::incoming::Incoming;
 use ankh::runtime::instance::{Instance, InvokeError};
+use ankh::runtime::packed::{Answer, Returned};
 use ankh::runtime::plugin::Plugin;
 use ankh::runtime::state::{WsLink, WsOut};
 
@@ -122,10 +122,13 @@ fn a_plugin_answers_through_the_runtime_alone() {
         call("hello", &kept),
         Cancel::default(),
     ));
-    match outcome.map_err(|f| f.error).unwrap() {
-        types::Outcome::Respond(r) => {
-            assert_eq!(r.status, 200);
-            assert_eq!(r.body, b"Hello, World!");
+    // The SDK's plugins answer with a packed buffer, read in place.
+    let returned = outcome.map_err(|f| f.error).unwrap();
+    assert!(matches!(returned, Returned::Packed(_)), "{returned:?}");
+    match returned.answer() {
+        Ok(Answer::Respond { status, body, .. }) => {
+            assert_eq!(status, 200);
+            assert_eq!(body, b"Hello, World!");
         }
         _ => panic!("hello responds"),
     }

@@ -8,7 +8,7 @@
 use std::cell::{OnceCell, RefCell};
 
 use crate::ws::{CloseInfo, ConnectionId, Message, WebSocketHandler};
-use crate::{Request, Router, wit};
+use crate::{Outcome, Request, Router, wit};
 
 thread_local! {
     static ROUTER: OnceCell<Router> = const { OnceCell::new() };
@@ -17,25 +17,33 @@ thread_local! {
 
 /// `handler.handle-request`: builds the router on first use, then dispatches.
 pub fn handle_request(build: fn() -> Router, request: wit::Request) -> wit::Outcome {
-    route(build, Request::new(request))
+    route(build, Request::new(request)).into()
 }
 
 /// `packed-handler.handle-request`: the same, with the request read from its two buffers.
-/// A head the SDK cannot read (a host bug) is answered with a 500 that says so.
 pub fn handle_packed(build: fn() -> Router, head: Vec<u8>, body: Vec<u8>) -> wit::Outcome {
+    run_packed(build, head, body).into()
+}
+
+/// `packed-handler.handle`: the same again, with the answer packed into one buffer too.
+pub fn handle_packed_answer(build: fn() -> Router, head: Vec<u8>, body: Vec<u8>) -> Vec<u8> {
+    crate::packed::encode_outcome(&run_packed(build, head, body))
+}
+
+/// Runs the request of a packed head. A head the SDK cannot read (a host bug) is answered with
+/// a 500 that says so.
+fn run_packed(build: fn() -> Router, head: Vec<u8>, body: Vec<u8>) -> Outcome {
     match crate::packed::Head::decode(head) {
         Ok(head) => route(build, Request::from_packed(head, body)),
-        Err(e) => wit::Outcome::Respond(
-            crate::Response::text(format!("ankh-guest: {e}"))
-                .with_status(500)
-                .into_raw(),
-        ),
+        Err(e) => {
+            Outcome::Respond(crate::Response::text(format!("ankh-guest: {e}")).with_status(500))
+        }
     }
 }
 
 /// Runs `request` through this instance's router, built on first use.
-fn route(build: fn() -> Router, request: Request) -> wit::Outcome {
-    ROUTER.with(|router| router.get_or_init(build).handle(request).into())
+fn route(build: fn() -> Router, request: Request) -> Outcome {
+    ROUTER.with(|router| router.get_or_init(build).handle(request))
 }
 
 /// `websocket-handler.on-open`.

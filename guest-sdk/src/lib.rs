@@ -3,8 +3,8 @@
 //!
 //! A plugin is a WebAssembly component that targets the `plugin` world of `wit/plugin.wit`.
 //! This crate generates the bindings for that world (as `sdk-plugin`: the same world plus
-//! `packed-handler`, the entry point that takes the request as two buffers and is cheaper to
-//! call) and puts a small, axum-like layer on top:
+//! `packed-handler`, the entry point that takes the request as two buffers and returns the
+//! answer as one, which is cheaper to call) and puts a small, axum-like layer on top:
 //! a [`Router`] with path patterns, a [`Request`] with decoded accessors, a [`Response`]
 //! builder, and thin wrappers over the host's [`kv`] store, [`log`] and [`ws`] (WebSocket)
 //! imports. One macro, [`export_plugin!`], exports the whole thing.
@@ -106,7 +106,9 @@ pub mod prelude {
 /// The glue `export_plugin!` expands to. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::export::{handle_packed, handle_request, on_close, on_message, on_open};
+    pub use crate::export::{
+        handle_packed, handle_packed_answer, handle_request, on_close, on_message, on_open,
+    };
 }
 
 impl HttpVersion {
@@ -175,6 +177,13 @@ macro_rules! export_plugin {
                     body: ::std::vec::Vec<u8>,
                 ) -> $crate::wit::Outcome {
                     $crate::__private::handle_packed($router, head, body)
+                }
+
+                fn handle(
+                    head: ::std::vec::Vec<u8>,
+                    body: ::std::vec::Vec<u8>,
+                ) -> ::std::vec::Vec<u8> {
+                    $crate::__private::handle_packed_answer($router, head, body)
                 }
             }
 

@@ -1,15 +1,16 @@
-//! The request as `packed-handler.handle-request` receives it: every field but the body in one
-//! buffer (the layout is documented on the interface in `wit/plugin.wit`). [`Head`] checks
-//! the buffer once and then reads its fields in place, so a request costs the guest no
-//! allocation per field; [`Head::to_raw`] builds the [`wit::Request`] record when a plugin
-//! asks for it.
+//! The two buffers of `packed-handler` (their layouts are documented on the interface in
+//! `wit/plugin.wit`). The request comes in as one: [`Head`] checks the buffer once and then
+//! reads its fields in place, so a request costs the guest no allocation per field;
+//! [`Head::to_raw`] builds the [`wit::Request`] record when a plugin asks for it. The answer
+//! goes out as one: [`encode_outcome`] writes it in a single allocation.
 //!
-//! Two buffers cross the sandbox instead of a record of a dozen strings and lists, each of
-//! which the host would copy in with its own call of the guest's allocator.
+//! Buffers cross the sandbox instead of records of a dozen strings and lists, each of which
+//! the host would copy with its own call of the guest's allocator (and free afterwards with
+//! another).
 
 use std::fmt;
 
-use crate::wit;
+use crate::{Outcome, wit};
 
 /// The head buffer does not follow the layout (a host bug: the host writes it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,6 +150,68 @@ impl<'a> Iterator for Headers<'a> {
 
 impl ExactSizeIterator for Headers<'_> {}
 
+/// What `packed-handler.handle` returns: the outcome in one buffer, sized before it is
+/// written.
+pub(crate) fn encode_outcome(outcome: &Outcome) -> Vec<u8> {
+    fn fields_len<'a>(fields: impl Iterator<Item = (&'a str, &'a [u8])>) -> usize {
+        4 + fields.map(|(n, v)| 8 + n.len() + v.len()).sum::<usize>()
+    }
+    match outcome {
+        Outcome::Respond(response) => {
+            let fields = response.fields();
+            let as_pairs = || fields.iter().map(|(n, v)| (n.as_ref(), v.as_ref()));
+            let body = response.body();
+            let mut out = Vec::with_capacity(1 + 2 + fields_len(as_pairs()) + body.len());
+            out.push(0);
+            out.extend_from_slice(&response.status_code().to_le_bytes());
+            put_fields(&mut out, fields.len(), as_pairs());
+            out.extend_from_slice(body);
+            out
+        }
+        Outcome::Upgrade { protocol, headers } => {
+            let as_pairs = || headers.iter().map(|(n, v)| (n.as_str(), v.as_slice()));
+            let protocol = protocol.as_deref();
+            let mut out = Vec::with_capacity(
+                2 + protocol.map_or(0, |p| 4 + p.len()) + fields_len(as_pairs()),
+            );
+            out.push(1);
+            match protocol {
+                Some(protocol) => {
+                    out.push(1);
+                    put(&mut out, protocol.as_bytes());
+                }
+                None => out.push(0),
+            }
+            put_fields(&mut out, headers.len(), as_pairs());
+            out
+        }
+        Outcome::Done => vec![2],
+    }
+}
+
+fn put_fields<'a>(
+    out: &mut Vec<u8>,
+    count: usize,
+    fields: impl Iterator<Item = (&'a str, &'a [u8])>,
+) {
+    out.extend_from_slice(&length(count));
+    for (name, value) in fields {
+        put(out, name.as_bytes());
+        put(out, value);
+    }
+}
+
+fn put(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&length(bytes.len()));
+    out.extend_from_slice(bytes);
+}
+
+/// A length as the layout writes it. A field of 4 GiB or more cannot come out of a 32-bit
+/// guest's memory with the rest of the answer, so the saturation never shows.
+fn length(len: usize) -> [u8; 4] {
+    u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes()
+}
+
 /// A position in a head.
 #[derive(Debug, Clone)]
 struct Reader<'a> {
@@ -282,5 +345,55 @@ mod tests {
             decode(&bad_text).map(drop),
             Err(Malformed("a text field is not UTF-8"))
         );
+    }
+
+    /// The answer's bytes as the layout in `wit/plugin.wit` describes them, written here by
+    /// hand rather than with the encoder's helpers.
+    fn expected_headers(headers: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut out = (headers.len() as u32).to_le_bytes().to_vec();
+        for (name, value) in headers {
+            out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            out.extend_from_slice(value);
+        }
+        out
+    }
+
+    #[test]
+    fn a_response_is_packed_as_the_layout_says_in_one_allocation() {
+        let outcome = Outcome::Respond(
+            crate::Response::text("short and stout")
+                .with_status(418)
+                .with_header("x-raw", vec![0xff, 0]),
+        );
+        let packed = encode_outcome(&outcome);
+        let mut expected = vec![0, 0xa2, 0x01];
+        expected.extend(expected_headers(&[
+            ("Content-Type", b"text/plain; charset=utf-8"),
+            ("x-raw", &[0xff, 0]),
+        ]));
+        expected.extend_from_slice(b"short and stout");
+        assert_eq!(packed, expected);
+        assert_eq!(packed.capacity(), packed.len(), "sized before writing");
+
+        let empty = encode_outcome(&Outcome::Respond(crate::Response::status(204)));
+        assert_eq!(empty, [0, 204, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn an_upgrade_and_done_are_packed_as_the_layout_says() {
+        let with = encode_outcome(&Outcome::Upgrade {
+            protocol: Some("chat".to_owned()),
+            headers: vec![("x-a".to_owned(), b"1".to_vec())],
+        });
+        let mut expected = vec![1, 1, 4, 0, 0, 0];
+        expected.extend_from_slice(b"chat");
+        expected.extend(expected_headers(&[("x-a", b"1")]));
+        assert_eq!(with, expected);
+        assert_eq!(with.capacity(), with.len());
+
+        assert_eq!(encode_outcome(&Outcome::upgrade()), [1, 0, 0, 0, 0, 0]);
+        assert_eq!(encode_outcome(&Outcome::Done), [2]);
     }
 }

@@ -4,6 +4,8 @@
 //! The host adds `Date`, `Content-Length` and the connection headers, and compresses the body
 //! when the client accepts it, so a handler sets only what is specific to its answer.
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 use crate::wit;
@@ -30,18 +32,23 @@ const APPLICATION_JSON: &str = "application/json";
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
-    raw: wit::Response,
+    status: u16,
+    /// The fields the SDK sets itself (a constructor's `Content-Type`) are borrowed: a
+    /// response costs an allocation per field only for the fields a handler names.
+    headers: Vec<Field>,
+    body: Vec<u8>,
 }
+
+/// A header field: its name and its value.
+pub(crate) type Field = (Cow<'static, str>, Cow<'static, [u8]>);
 
 impl Response {
     /// A response with this status, no headers and an empty body.
     pub fn new(status: u16) -> Self {
         Self {
-            raw: wit::Response {
-                status,
-                headers: Vec::new(),
-                body: Vec::new(),
-            },
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
         }
     }
 
@@ -52,12 +59,12 @@ impl Response {
 
     /// `200` with a `text/plain; charset=utf-8` body.
     pub fn text(body: impl Into<String>) -> Self {
-        Self::bytes(TEXT_PLAIN, body.into())
+        Self::typed(TEXT_PLAIN, body.into().into_bytes())
     }
 
     /// `200` with a `text/html; charset=utf-8` body.
     pub fn html(body: impl Into<String>) -> Self {
-        Self::bytes(TEXT_HTML, body.into())
+        Self::typed(TEXT_HTML, body.into().into_bytes())
     }
 
     /// `200` with `value` serialized as an `application/json` body.
@@ -66,7 +73,7 @@ impl Response {
     /// response is a `500` whose text body names the error instead.
     pub fn json(value: &impl Serialize) -> Self {
         match serde_json::to_vec(value) {
-            Ok(body) => Self::bytes(APPLICATION_JSON, body),
+            Ok(body) => Self::typed(APPLICATION_JSON, body),
             Err(err) => {
                 Self::text(format!("failed to serialize the JSON response: {err}")).with_status(500)
             }
@@ -78,6 +85,18 @@ impl Response {
         Self::new(200)
             .with_header("Content-Type", content_type)
             .with_body(body)
+    }
+
+    /// `200` with this body and one of the SDK's own `Content-Type` values, borrowed.
+    fn typed(content_type: &'static str, body: Vec<u8>) -> Self {
+        Self {
+            status: 200,
+            headers: vec![(
+                Cow::Borrowed("Content-Type"),
+                Cow::Borrowed(content_type.as_bytes()),
+            )],
+            body,
+        }
     }
 
     /// `404` with the text body `Not Found`.
@@ -92,16 +111,14 @@ impl Response {
 
     /// Replaces the status code.
     pub fn with_status(mut self, status: u16) -> Self {
-        self.raw.status = status;
+        self.status = status;
         self
     }
 
     /// Appends a header field (an existing field of the same name stays).
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
-        self.raw.headers.push(wit::Header {
-            name: name.into(),
-            value: value.into(),
-        });
+        self.headers
+            .push((Cow::Owned(name.into()), Cow::Owned(value.into())));
         self
     }
 
@@ -109,54 +126,75 @@ impl Response {
     /// first; e.g. to change the `Content-Type` a constructor chose.
     pub fn replace_header(mut self, name: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
         let name = name.into();
-        self.raw
-            .headers
-            .retain(|header| !header.name.eq_ignore_ascii_case(&name));
+        self.headers
+            .retain(|(field, _)| !field.eq_ignore_ascii_case(&name));
         self.with_header(name, value)
     }
 
     /// Replaces the body (headers, including `Content-Type`, are unchanged).
     pub fn with_body(mut self, body: impl Into<Vec<u8>>) -> Self {
-        self.raw.body = body.into();
+        self.body = body.into();
         self
     }
 
     /// The status code.
     pub fn status_code(&self) -> u16 {
-        self.raw.status
+        self.status
     }
 
     /// The first value of the header `name` (case-insensitive), if it is valid UTF-8.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.raw
-            .headers
+        self.headers
             .iter()
-            .find(|header| header.name.eq_ignore_ascii_case(name))
-            .and_then(|header| std::str::from_utf8(&header.value).ok())
+            .find(|(field, _)| field.eq_ignore_ascii_case(name))
+            .and_then(|(_, value)| std::str::from_utf8(value).ok())
     }
 
     /// Every header as `(name, value)`, in order.
     pub fn headers(&self) -> impl Iterator<Item = (&str, &[u8])> {
-        self.raw
-            .headers
+        self.headers
             .iter()
-            .map(|header| (header.name.as_str(), header.value.as_slice()))
+            .map(|(name, value)| (name.as_ref(), value.as_ref()))
     }
 
     /// The body.
     pub fn body(&self) -> &[u8] {
-        &self.raw.body
+        &self.body
+    }
+
+    /// The header fields, for the packed answer.
+    pub(crate) fn fields(&self) -> &[Field] {
+        &self.headers
     }
 
     /// The WIT record the host receives.
     pub fn into_raw(self) -> wit::Response {
-        self.raw
+        wit::Response {
+            status: self.status,
+            headers: self
+                .headers
+                .into_iter()
+                .map(|(name, value)| wit::Header {
+                    name: name.into_owned(),
+                    value: value.into_owned(),
+                })
+                .collect(),
+            body: self.body,
+        }
     }
 }
 
 impl From<wit::Response> for Response {
     fn from(raw: wit::Response) -> Self {
-        Self { raw }
+        Self {
+            status: raw.status,
+            headers: raw
+                .headers
+                .into_iter()
+                .map(|h| (Cow::Owned(h.name), Cow::Owned(h.value)))
+                .collect(),
+            body: raw.body,
+        }
     }
 }
 

@@ -19,6 +19,7 @@ use crate::runtime::bindings::types;
 use crate::runtime::call::{CallContext, Origin, Responder};
 use crate::runtime::incoming::Incoming;
 use crate::runtime::instance::{Failure, Instance, InvokeError};
+use crate::runtime::packed::Answer;
 use crate::runtime::plugin::Plugin;
 use crate::runtime::state::WsLink;
 
@@ -227,17 +228,30 @@ impl Call {
         // a client that sends its next request on receipt finds the slot free.
         drop(slot);
         self.recycle_if_due(true);
-        match result {
-            Ok(types::Outcome::Respond(response)) => {
-                let headers: Vec<_> = response
-                    .headers
-                    .into_iter()
-                    .map(|h| (h.name, h.value))
-                    .collect();
-                // Refused (and logged) if the handler already responded early.
-                let _ = call.respond(response.status, &headers, &response.body);
+        let returned = match result {
+            Ok(returned) => returned,
+            Err(failure) => {
+                let context = format!("request {:016x}", call.request_id);
+                self.discard(&failure, Some(call.request_id), &context);
+                if matches!(failure.error, InvokeError::Cancelled) {
+                    call.abandon(failure.error.status());
+                } else {
+                    let message = call.error_message(&failure.error.to_string());
+                    call.respond_error(failure.error.status(), &message);
+                }
+                return self.finish();
             }
-            Ok(types::Outcome::Done) => {
+        };
+        match returned.answer() {
+            Ok(Answer::Respond {
+                status,
+                headers,
+                body,
+            }) => {
+                // Refused (and logged) if the handler already responded early.
+                let _ = call.respond(status, &headers, body);
+            }
+            Ok(Answer::Done) => {
                 if !call.responded() {
                     tracing::error!(
                         plugin = %plugin.name,
@@ -248,19 +262,19 @@ impl Call {
                     call.respond_error(500, &message);
                 }
             }
-            Ok(types::Outcome::Upgrade(upgrade)) => {
+            Ok(Answer::Upgrade(upgrade)) => {
                 self.upgrade(&mut request, upgrade, &mut call, (conn, seq))
                     .await;
             }
-            Err(failure) => {
-                let context = format!("request {:016x}", call.request_id);
-                self.discard(&failure, Some(call.request_id), &context);
-                if matches!(failure.error, InvokeError::Cancelled) {
-                    call.abandon(failure.error.status());
-                } else {
-                    let message = call.error_message(&failure.error.to_string());
-                    call.respond_error(failure.error.status(), &message);
-                }
+            Err(malformed) => {
+                // The instance is sound (nothing trapped): only its answer is unreadable.
+                error_limited!(
+                    plugin = %plugin.name,
+                    request = %format_args!("{:016x}", call.request_id),
+                    "{malformed}"
+                );
+                let message = call.error_message(&malformed.to_string());
+                call.respond_error(500, &message);
             }
         }
         self.finish()

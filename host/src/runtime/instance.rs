@@ -17,6 +17,7 @@ use super::bindings::types;
 use super::call::CallContext;
 use super::failure::classify;
 pub use super::failure::{Failure, InvokeError};
+use super::packed::Returned;
 use super::plugin::Plugin;
 use super::state::{HostState, WsLink};
 use super::watch::Cancel;
@@ -65,7 +66,7 @@ impl Instance {
         request: &mut super::incoming::Incoming,
         call: CallContext,
         cancel: Cancel,
-    ) -> (Result<types::Outcome, Failure>, CallContext) {
+    ) -> (Result<Returned, Failure>, CallContext) {
         self.arm(Some(cancel));
         let data = self.store.data_mut();
         data.tags.request.store(call.request_id, Ordering::Relaxed);

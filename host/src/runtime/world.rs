@@ -8,7 +8,8 @@
 //! ankh's own plugins do. Proxy components have no WebSocket events.
 //!
 //! A current component may also export `packed-handler` (the SDK's do): its requests are then
-//! lowered as two buffers instead of a record (see [`super::packed`]).
+//! lowered as two buffers instead of a record, and when it exports `packed-handler.handle`
+//! its answers come back as one buffer too (see [`super::packed`]).
 
 use wasmtime::Store;
 use wasmtime::component::types::{ComponentItem, Type};
@@ -18,22 +19,41 @@ use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 
 use super::bindings::{self, legacy, types};
 use super::incoming::Incoming;
+use super::packed::Returned;
 use super::state::HostState;
 
-/// `packed-handler.handle-request`: the head and the body of a request.
+/// `packed-handler.handle-request`: the head and the body of a request in, a record out.
 type PackedFunc = TypedFunc<(Vec<u8>, Vec<u8>), (types::Outcome,)>;
+
+/// `packed-handler.handle`: the head and the body of a request in, the packed answer out.
+type AnswerFunc = TypedFunc<(Vec<u8>, Vec<u8>), (Vec<u8>,)>;
+
+/// Which `packed-handler` function a component's requests go to.
+#[derive(Debug, Clone, Copy)]
+pub enum PackedExport {
+    /// `handle-request`, which returns a record.
+    Record(ComponentExportIndex),
+    /// `handle`, which returns the packed answer.
+    Answer(ComponentExportIndex),
+}
+
+/// A live instance's `packed-handler` function.
+pub enum Packed {
+    Record(PackedFunc),
+    Answer(AnswerFunc),
+}
 
 /// A pre-instantiated plugin of either world.
 pub enum Pre {
-    /// With where its `packed-handler.handle-request` is, when it exports one.
-    Current(bindings::PluginPre<HostState>, Option<ComponentExportIndex>),
+    /// With where its `packed-handler` function is, when it exports one.
+    Current(bindings::PluginPre<HostState>, Option<PackedExport>),
     Legacy(legacy::PluginPre<HostState>),
     Proxy(ProxyPre<HostState>),
 }
 
 /// A live instance's exports, of either world.
 pub enum Exports {
-    Current(bindings::Plugin, Option<PackedFunc>),
+    Current(bindings::Plugin, Option<Packed>),
     Legacy(legacy::Plugin),
     Proxy(Proxy),
 }
@@ -44,19 +64,10 @@ impl Pre {
     pub fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Pre> {
         let e = match bindings::PluginPre::new(pre.clone()) {
             Ok(current) => {
-                let component = pre.component();
-                let packed = component
-                    .get_export_index(None, super::packed::INTERFACE)
-                    .and_then(|i| component.get_export_index(Some(&i), super::packed::FUNCTION));
-                if packed.is_some() && !packed_signature_fits(component, pre.engine()) {
-                    return Err(wasmtime::Error::msg(format!(
-                        "its `{}` export has another signature than \
-                         `{}: func(head: list<u8>, body: list<u8>) -> outcome` (see wit/plugin.wit)",
-                        super::packed::INTERFACE,
-                        super::packed::FUNCTION
-                    )));
-                }
-                return Ok(Pre::Current(current, packed));
+                return Ok(Pre::Current(
+                    current,
+                    packed_export(pre.component(), pre.engine())?,
+                ));
             }
             Err(e) => e,
         };
@@ -85,7 +96,10 @@ impl Pre {
     /// The world the component targets, and for the current one how its requests are passed.
     pub fn world(&self) -> &'static str {
         match self {
-            Pre::Current(_, Some(_)) => {
+            Pre::Current(_, Some(PackedExport::Answer(_))) => {
+                "ankh:plugin@0.2.0 (requests as two buffers, answers as one: packed-handler)"
+            }
+            Pre::Current(_, Some(PackedExport::Record(_))) => {
                 "ankh:plugin@0.2.0 (requests as two buffers: packed-handler)"
             }
             Pre::Current(_, None) => "ankh:plugin@0.2.0 (requests as a record: handler)",
@@ -101,7 +115,12 @@ impl Pre {
                 let exports = bindings::Plugin::new(&mut *store, &instance)?;
                 // Its signature was checked by `Pre::new`; this check cannot fail then.
                 let packed = match packed {
-                    Some(index) => Some(instance.get_typed_func(&mut *store, index)?),
+                    Some(PackedExport::Record(index)) => {
+                        Some(Packed::Record(instance.get_typed_func(&mut *store, index)?))
+                    }
+                    Some(PackedExport::Answer(index)) => {
+                        Some(Packed::Answer(instance.get_typed_func(&mut *store, index)?))
+                    }
                     None => None,
                 };
                 Exports::Current(exports, packed)
@@ -112,28 +131,64 @@ impl Pre {
     }
 }
 
-/// Whether `packed-handler.handle-request` takes two `list<u8>` and returns what
-/// `handler.handle-request` returns (`outcome`). Checked at load, so that a component with
-/// another signature is refused with the reason instead of failing its first instantiation.
-fn packed_signature_fits(component: &Component, engine: &wasmtime::Engine) -> bool {
+/// Where the `packed-handler` function the host calls is, if the component exports one:
+/// `handle` when it is there, else `handle-request`. Both signatures are checked here, at
+/// load, so that a component with another one is refused with the reason instead of failing
+/// its first instantiation.
+fn packed_export(
+    component: &Component,
+    engine: &wasmtime::Engine,
+) -> wasmtime::Result<Option<PackedExport>> {
+    use super::packed::{ANSWER_FUNCTION, FUNCTION, INTERFACE};
+    let Some(interface) = component.get_export_index(None, INTERFACE) else {
+        return Ok(None);
+    };
     let ty = component.component_type();
-    let func = |interface: &str| {
+    let func = |interface: &str, name: &str| {
         let ComponentItem::ComponentInstance(instance) = ty.get_export(engine, interface)?.ty
         else {
             return None;
         };
-        match instance.get_export(engine, super::packed::FUNCTION)?.ty {
+        match instance.get_export(engine, name)?.ty {
             ComponentItem::ComponentFunc(func) => Some(func),
             _ => None,
         }
     };
-    let (Some(packed), Some(record)) = (func(super::packed::INTERFACE), func(HANDLER)) else {
-        return false;
-    };
     let bytes = |ty: &Type| matches!(ty, Type::List(list) if list.ty() == Type::U8);
-    packed.params().len() == 2
-        && packed.params().all(|(_, ty)| bytes(&ty))
-        && packed.results().eq(record.results())
+    let takes_two_buffers = |f: &wasmtime::component::types::ComponentFunc| {
+        f.params().len() == 2 && f.params().all(|(_, ty)| bytes(&ty))
+    };
+    let refuse = |name: &str, signature: &str| {
+        wasmtime::Error::msg(format!(
+            "its `{INTERFACE}` export has another signature than \
+             `{name}: func(head: list<u8>, body: list<u8>) -> {signature}` (see wit/plugin.wit)"
+        ))
+    };
+    if let Some(index) = component.get_export_index(Some(&interface), ANSWER_FUNCTION) {
+        let fits = func(INTERFACE, ANSWER_FUNCTION).is_some_and(|f| {
+            let mut results = f.results();
+            takes_two_buffers(&f)
+                && results.len() == 1
+                && results.next().is_some_and(|ty| bytes(&ty))
+        });
+        if !fits {
+            return Err(refuse(ANSWER_FUNCTION, "list<u8>"));
+        }
+        return Ok(Some(PackedExport::Answer(index)));
+    }
+    let Some(index) = component.get_export_index(Some(&interface), FUNCTION) else {
+        return Ok(None);
+    };
+    let fits = match (func(INTERFACE, FUNCTION), func(HANDLER, FUNCTION)) {
+        (Some(packed), Some(record)) => {
+            takes_two_buffers(&packed) && packed.results().eq(record.results())
+        }
+        _ => false,
+    };
+    if !fits {
+        return Err(refuse(FUNCTION, "outcome"));
+    }
+    Ok(Some(PackedExport::Record(index)))
 }
 
 /// The record entry point of the current world.
@@ -146,14 +201,20 @@ impl Exports {
         &self,
         store: &mut Store<HostState>,
         request: &mut Incoming,
-    ) -> wasmtime::Result<types::Outcome> {
+    ) -> wasmtime::Result<Returned> {
         let record = match self {
             Exports::Current(_, Some(packed)) => {
                 let mut head = Vec::new();
                 super::packed::encode_head(request, &mut head);
                 let body = std::mem::take(&mut request.body);
-                let (outcome,) = packed.call_async(store, (head, body)).await?;
-                return Ok(outcome);
+                return Ok(match packed {
+                    Packed::Answer(f) => {
+                        Returned::Packed(f.call_async(store, (head, body)).await?.0)
+                    }
+                    Packed::Record(f) => {
+                        Returned::Record(f.call_async(store, (head, body)).await?.0)
+                    }
+                });
             }
             _ => request.lend(),
         };
@@ -171,7 +232,7 @@ impl Exports {
             Exports::Proxy(p) => super::proxy::handle(store, p, &record).await,
         };
         request.restore(record);
-        outcome
+        outcome.map(Returned::Record)
     }
 
     pub async fn on_open(
