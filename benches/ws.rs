@@ -219,6 +219,15 @@ fn main() {
     );
     drop(ankh);
     drop(one_loop);
+    // `--only echo`: the echo figure alone.
+    if std::env::args()
+        .skip_while(|a| a != "--only")
+        .nth(1)
+        .as_deref()
+        == Some("echo")
+    {
+        return;
+    }
 
     // 2. and 3. Idle connections and one broadcast, with one event loop and with the default.
     for io_threads in [1, cores] {
