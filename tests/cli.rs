@@ -157,6 +157,8 @@ fn a_malformed_packed_answer_is_a_500_that_names_the_fault() {
     let s = Options::default()
         .plugin(plugins::BADANSWER)
         .plugin(plugins::HELLO)
+        .arg("--admin")
+        .arg("127.0.0.1:0")
         .start();
     let good = s.request(b"GET /badanswer/good HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(good.status, 200);
@@ -193,6 +195,17 @@ fn a_malformed_packed_answer_is_a_500_that_names_the_fault() {
     assert!(body.contains("returned without responding"), "{body}");
     assert_eq!(s.get("/hello").0, 200);
     assert!(!s.log().contains("instance discarded"), "{}", s.log());
+    // The metrics count what was sent: eight 200s of `/good`, eight 500s.
+    let metrics = crate::admin::scrape(crate::admin::admin_addr(&s));
+    for (class, count) in [("2xx", 8.0), ("5xx", 8.0)] {
+        let name = "ankh_plugin_responses_total";
+        let labels = [("plugin", "badanswer"), ("class", class)];
+        assert_eq!(
+            crate::admin::value(&metrics, name, &labels),
+            count,
+            "{class}"
+        );
+    }
 }
 
 #[test]
