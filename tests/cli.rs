@@ -117,28 +117,37 @@ fn crate_target_dir() -> std::path::PathBuf {
 }
 
 /// A component whose `packed-handler` export has another signature than the host calls is
-/// refused at load with that reason, by `ankh check` and by the server, which serves the rest.
+/// refused at load with that reason, by `ankh check` and by the server, which serves the rest:
+/// a wrong `handle-request`, and a wrong `handle` beside a right `handle-request` (never a
+/// silent fall back to the one that fits).
 #[test]
 fn a_packed_handler_with_another_signature_is_refused_with_the_reason() {
-    let out = Command::new(ankh_bin())
-        .args(["check", plugins::BADPACKED, "--no-cache"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{text}");
-    assert!(
-        text.contains("verdict:  refused:")
-            && text.contains("`ankh:plugin/packed-handler@0.2.0` export has another signature"),
-        "{text}"
-    );
+    let cases = [
+        (plugins::BADPACKED, "badpacked", "`handle-request: func("),
+        (plugins::BADHANDLE, "badhandle", "`handle: func("),
+    ];
+    for (wasm, name, function) in cases {
+        let out = Command::new(ankh_bin())
+            .args(["check", wasm, "--no-cache"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{text}");
+        assert!(
+            text.contains("verdict:  refused:")
+                && text.contains("`ankh:plugin/packed-handler@0.2.0` export has another signature")
+                && text.contains(function),
+            "{text}"
+        );
 
-    let s = Options::default()
-        .plugin(plugins::BADPACKED)
-        .plugin(plugins::HELLO)
-        .start();
-    s.wait_for_log("packed-handler@0.2.0` export has another signature");
-    assert_eq!(s.get("/badpacked/").0, 404);
-    assert_eq!(s.get("/hello").0, 200);
+        let s = Options::default()
+            .plugin(wasm)
+            .plugin(plugins::HELLO)
+            .start();
+        s.wait_for_log("packed-handler@0.2.0` export has another signature");
+        assert_eq!(s.get(&format!("/{name}/")).0, 404);
+        assert_eq!(s.get("/hello").0, 200);
+    }
 }
 
 /// A component whose `packed-handler.handle` returns answers that break the packed layout:
