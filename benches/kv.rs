@@ -23,11 +23,6 @@ const CONNECTIONS: usize = 64;
 const PLUGINS: usize = 10;
 const KEYS_PER_PLUGIN: usize = 100_000;
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
-}
-
 /// One round of increments; the run and writes per commit.
 fn increments(plugin: &Path, args: &[&str], round: Duration) -> (Run, f64) {
     let mut all = vec!["--admin", "127.0.0.1:0"];
@@ -86,10 +81,10 @@ fn main() {
     );
     let mut summary = Vec::new();
     for ((name, _), runs) in contenders.iter().zip(&runs) {
-        let rps = median(runs.iter().map(|(r, _)| r.rps).collect());
-        let p50 = median(runs.iter().map(|(r, _)| r.p50_ms).collect());
-        let p99 = median(runs.iter().map(|(r, _)| r.p99_ms).collect());
-        let group = median(runs.iter().map(|(_, g)| *g).collect());
+        let rps = benches::median(runs.iter().map(|(r, _)| r.rps).collect());
+        let p50 = benches::median(runs.iter().map(|(r, _)| r.p50_ms).collect());
+        let p99 = benches::median(runs.iter().map(|(r, _)| r.p99_ms).collect());
+        let group = benches::median(runs.iter().map(|(_, g)| *g).collect());
         println!("{name:<20} {rps:>10.0} {p50:>9.2} {p99:>9.2} {group:>16.1}");
         summary.push(json!({"backend": name, "rps": rps, "p50_ms": p50, "p99_ms": p99,
             "writes_per_commit": group, "rounds": runs.iter().map(|(r, _)| r.rps).collect::<Vec<_>>()}));
@@ -144,7 +139,11 @@ fn main() {
         get(ankh.addr, "/bench9/fill?n=100000");
         ankh.terminate();
     }
-    let (clean, crashed, baseline) = (median(clean), median(crashed), median(baseline));
+    let (clean, crashed, baseline) = (
+        benches::median(clean),
+        benches::median(crashed),
+        benches::median(baseline),
+    );
     println!(
         "restart with {} keys ({size_mib:.0} MiB kv.redb, filled in {fill_secs:.1}s): first request after {clean:.0} ms (clean stop), {crashed:.0} ms (after kill -9); empty store: {baseline:.0} ms; ratio {:.2}",
         PLUGINS * KEYS_PER_PLUGIN,

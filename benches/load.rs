@@ -15,8 +15,10 @@
 //! response headers, `tokio::time::sleep` for the sleep and a spin for the CPU work. It is
 //! also run with one thread per core, its best configuration for the first two endpoints.
 //! Each (server, endpoint) pair is measured `ROUNDS` times, alternating, and the best round
-//! is kept. Results go to stdout and to `target/bench-results/load.json`, which `benches/
-//! report.sh` turns into a report with charts.
+//! is kept; the ratios are also given round by round (median and range), which the machine
+//! drifting between rounds does not move. Results go to stdout and to
+//! `target/bench-results/load.json`, which `benches/report.sh` turns into a report with
+//! charts.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -25,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use benches::{Run, wrk};
+use benches::{Ratios, Run, wrk};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::server::conn::http1;
@@ -168,6 +170,8 @@ fn main() {
             ),
         ];
         let mut best = vec![Run::default(); servers.len()];
+        // Requests per second of each round, per server.
+        let mut rounds_rps = vec![Vec::with_capacity(rounds); servers.len()];
         for _ in 0..rounds {
             for (i, (_, start)) in servers.iter().enumerate() {
                 let server = start();
@@ -175,6 +179,7 @@ fn main() {
                 // Warm up: instances, caches, TCP.
                 wrk(&url, s.connections, Duration::from_secs(1));
                 let run = wrk(&url, s.connections, round);
+                rounds_rps[i].push(run.rps);
                 if run.rps > best[i].rps {
                     best[i] = run;
                 }
@@ -200,15 +205,33 @@ fn main() {
             );
         }
         println!();
+        // The same ratios round by round: hyper's best configuration is the better of its
+        // two in that round.
+        let hyper_best: Vec<f64> = rounds_rps[1]
+            .iter()
+            .zip(&rounds_rps[2])
+            .map(|(a, b)| a.max(*b))
+            .collect();
+        let per_round_same = Ratios::of(&rounds_rps[0], &rounds_rps[1]);
+        let per_round_best = Ratios::of(&rounds_rps[0], &hyper_best);
+        println!(
+            "{:<13} ankh/hyper round by round, median (range) of {rounds}: {per_round_same} same threads, {per_round_best} vs its best",
+            s.name
+        );
         results.push(json!({
             "endpoint": s.name,
             "path": s.path,
             "connections": s.connections,
             "simulates": s.simulates,
             "ceiling": s.ceiling,
-            "runs": servers.iter().zip(&best).map(|((name, _), r)| json!({
+            "ratio_per_round": {
+                "same_threads": {"median": per_round_same.median, "min": per_round_same.min, "max": per_round_same.max},
+                "best": {"median": per_round_best.median, "min": per_round_best.min, "max": per_round_best.max},
+            },
+            "runs": servers.iter().zip(&best).zip(&rounds_rps).map(|(((name, _), r), all)| json!({
                 "server": name,
                 "rps": r.rps,
+                "rps_per_round": all,
                 "p50_ms": r.p50_ms,
                 "p90_ms": r.p90_ms,
                 "p99_ms": r.p99_ms,

@@ -77,6 +77,40 @@ pub fn report(name: &str, candidate_ns: f64, baseline: &str, baseline_ns: f64) {
     );
 }
 
+/// The median of `xs` (the upper one of an even count); NaN when empty.
+pub fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs.get(xs.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Ratios taken round by round: each round runs both servers back to back, so a ratio of
+/// the same round is not moved by the machine slowing down or speeding up between rounds,
+/// as a ratio of each server's best round is.
+#[derive(Debug, Clone, Copy)]
+pub struct Ratios {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Ratios {
+    /// `candidate[i] / baseline[i]` for each round `i`.
+    pub fn of(candidate: &[f64], baseline: &[f64]) -> Ratios {
+        let ratios: Vec<f64> = candidate.iter().zip(baseline).map(|(c, b)| c / b).collect();
+        Ratios {
+            median: median(ratios.clone()),
+            min: ratios.iter().copied().fold(f64::INFINITY, f64::min),
+            max: ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+}
+
+impl std::fmt::Display for Ratios {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.2} ({:.2}-{:.2})", self.median, self.min, self.max)
+    }
+}
+
 /// What wrk measured.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Run {
@@ -360,4 +394,27 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_takes_the_middle_of_an_odd_count_and_the_upper_of_an_even_one() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 3.0);
+        assert!(median(Vec::new()).is_nan());
+    }
+
+    #[test]
+    fn ratios_pair_each_round_with_the_same_round() {
+        // Round 2 ran at half speed for both servers: its ratio is still 0.8.
+        let r = Ratios::of(&[80.0, 40.0, 88.0], &[100.0, 50.0, 110.0]);
+        assert!((r.median - 0.8).abs() < 1e-9);
+        assert!((r.min - 0.8).abs() < 1e-9 && (r.max - 0.8).abs() < 1e-9);
+        let r = Ratios::of(&[90.0, 100.0, 120.0], &[100.0, 100.0, 100.0]);
+        assert_eq!((r.median, r.min, r.max), (1.0, 0.9, 1.2));
+        assert_eq!(r.to_string(), "1.00 (0.90-1.20)");
+    }
 }

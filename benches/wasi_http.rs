@@ -33,11 +33,6 @@ use serde_json::json;
 
 const CONNECTIONS: usize = 64;
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
-}
-
 /// Builds test plugins (packages of tests/plugins) where the integration tests build them.
 fn build_test_plugins(packages: &[&str]) -> PathBuf {
     let root = benches::root();
@@ -185,10 +180,10 @@ fn rounds(contenders: &[(&str, String)], rounds: usize, round: Duration) -> Vec<
     }
     runs.into_iter()
         .map(|r| Run {
-            rps: median(r.iter().map(|r| r.rps).collect()),
-            p50_ms: median(r.iter().map(|r| r.p50_ms).collect()),
-            p90_ms: median(r.iter().map(|r| r.p90_ms).collect()),
-            p99_ms: median(r.iter().map(|r| r.p99_ms).collect()),
+            rps: benches::median(r.iter().map(|r| r.rps).collect()),
+            p50_ms: benches::median(r.iter().map(|r| r.p50_ms).collect()),
+            p90_ms: benches::median(r.iter().map(|r| r.p90_ms).collect()),
+            p99_ms: benches::median(r.iter().map(|r| r.p99_ms).collect()),
         })
         .collect()
 }

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use benches::Ratios;
 use futures_util::{SinkExt, StreamExt};
 use tungstenite::Message;
 
@@ -205,24 +206,40 @@ fn main() {
         ],
     );
     let native = start_native(cores);
-    let mut best = [0f64; 4];
-    for _ in 0..ROUNDS {
-        best[0] = best[0].max(echo_rate(defaults.addr, "/bench/ws"));
-        best[1] = best[1].max(echo_rate(ankh.addr, "/bench/ws"));
-        best[2] = best[2].max(echo_rate(one_loop.addr, "/bench/ws"));
-        best[3] = best[3].max(echo_rate(native, "/"));
+    // `--rounds N`: echo rounds per server, alternating (ROUNDS by default).
+    let rounds = std::env::args()
+        .skip_while(|a| a != "--rounds")
+        .nth(1)
+        .map_or(ROUNDS, |n| n.parse().expect("--rounds N"));
+    // Round trips per second of each round: defaults, thread for thread, one loop, native.
+    let mut rates: [Vec<f64>; 4] = Default::default();
+    for _ in 0..rounds {
+        rates[0].push(echo_rate(defaults.addr, "/bench/ws"));
+        rates[1].push(echo_rate(ankh.addr, "/bench/ws"));
+        rates[2].push(echo_rate(one_loop.addr, "/bench/ws"));
+        rates[3].push(echo_rate(native, "/"));
     }
+    let best = rates
+        .each_ref()
+        .map(|r| r.iter().copied().fold(0.0, f64::max));
     let [best_defaults, best_ankh, best_one, best_native] = best;
     println!(
         "| echo round trips/s, {CONNECTIONS} connections | ankh at its defaults | ankh ({workers} workers, {cores} I/O threads) | ankh, {workers} workers, 1 I/O thread | tokio-tungstenite ({cores} threads) | ratio (defaults / {workers} workers / 1 loop) |"
     );
     println!("|---|---|---|---|---|---|");
     println!(
-        "| best of {ROUNDS} × {}s | {best_defaults:.0} | {best_ankh:.0} | {best_one:.0} | {best_native:.0} | {:.2} / {:.2} / {:.2} |",
+        "| best of {rounds} × {}s | {best_defaults:.0} | {best_ankh:.0} | {best_one:.0} | {best_native:.0} | {:.2} / {:.2} / {:.2} |",
         ROUND.as_secs(),
         best_defaults / best_native,
         best_ankh / best_native,
         best_one / best_native
+    );
+    // The same ratios round by round, which the machine drifting between rounds does not move.
+    println!(
+        "| round by round, median (range) of {rounds} | | | | | {} / {} / {} |",
+        Ratios::of(&rates[0], &rates[3]),
+        Ratios::of(&rates[1], &rates[3]),
+        Ratios::of(&rates[2], &rates[3])
     );
     drop(defaults);
     drop(ankh);
