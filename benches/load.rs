@@ -14,11 +14,11 @@
 //! multi-threaded runtime, with as many runtime threads as ankh has workers, the same
 //! response headers, `tokio::time::sleep` for the sleep and a spin for the CPU work. It is
 //! also run with one thread per core, its best configuration for the first two endpoints.
-//! Each (server, endpoint) pair is measured `ROUNDS` times, alternating, and the best round
-//! is kept; the ratios are also given round by round (median and range), which the machine
-//! drifting between rounds does not move. Results go to stdout and to
-//! `target/bench-results/load.json`, which `benches/report.sh` turns into a report with
-//! charts.
+//! Each (server, endpoint) pair is measured `ROUNDS` times, alternating (odd rounds in
+//! reverse order), and the best round is kept; the ratios are also given round by round
+//! (median and range), which the machine drifting between rounds does not move. Results go
+//! to stdout and to `target/bench-results/load.json`, which `benches/report.sh` turns into a
+//! report with charts.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -172,9 +172,16 @@ fn main() {
         let mut best = vec![Run::default(); servers.len()];
         // Requests per second of each round, per server.
         let mut rounds_rps = vec![Vec::with_capacity(rounds); servers.len()];
-        for _ in 0..rounds {
-            for (i, (_, start)) in servers.iter().enumerate() {
-                let server = start();
+        for round_no in 0..rounds {
+            // Odd rounds run the servers in reverse order, so that no server always runs first
+            // or always right after the same other one (whose exit could weigh on the next).
+            for k in 0..servers.len() {
+                let i = if round_no % 2 == 0 {
+                    k
+                } else {
+                    servers.len() - 1 - k
+                };
+                let server = (servers[i].1)();
                 let url = format!("http://{}{}", server.addr(), s.path);
                 // Warm up: instances, caches, TCP.
                 wrk(&url, s.connections, Duration::from_secs(1));
