@@ -16,7 +16,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use benches::{Ankh, Run, get, metric, wrk};
+use benches::{Ankh, Run, get, median, metric, wrk};
 use serde_json::json;
 
 const CONNECTIONS: usize = 64;
@@ -81,10 +81,10 @@ fn main() {
     );
     let mut summary = Vec::new();
     for ((name, _), runs) in contenders.iter().zip(&runs) {
-        let rps = benches::median(runs.iter().map(|(r, _)| r.rps).collect());
-        let p50 = benches::median(runs.iter().map(|(r, _)| r.p50_ms).collect());
-        let p99 = benches::median(runs.iter().map(|(r, _)| r.p99_ms).collect());
-        let group = benches::median(runs.iter().map(|(_, g)| *g).collect());
+        let rps = median(runs.iter().map(|(r, _)| r.rps).collect());
+        let p50 = median(runs.iter().map(|(r, _)| r.p50_ms).collect());
+        let p99 = median(runs.iter().map(|(r, _)| r.p99_ms).collect());
+        let group = median(runs.iter().map(|(_, g)| *g).collect());
         println!("{name:<20} {rps:>10.0} {p50:>9.2} {p99:>9.2} {group:>16.1}");
         summary.push(json!({"backend": name, "rps": rps, "p50_ms": p50, "p99_ms": p99,
             "writes_per_commit": group, "rounds": runs.iter().map(|(r, _)| r.rps).collect::<Vec<_>>()}));
@@ -139,11 +139,7 @@ fn main() {
         get(ankh.addr, "/bench9/fill?n=100000");
         ankh.terminate();
     }
-    let (clean, crashed, baseline) = (
-        benches::median(clean),
-        benches::median(crashed),
-        benches::median(baseline),
-    );
+    let (clean, crashed, baseline) = (median(clean), median(crashed), median(baseline));
     println!(
         "restart with {} keys ({size_mib:.0} MiB kv.redb, filled in {fill_secs:.1}s): first request after {clean:.0} ms (clean stop), {crashed:.0} ms (after kill -9); empty store: {baseline:.0} ms; ratio {:.2}",
         PLUGINS * KEYS_PER_PLUGIN,

@@ -232,8 +232,8 @@ fn main() {
             "simulates": s.simulates,
             "ceiling": s.ceiling,
             "ratio_per_round": {
-                "same_threads": {"median": per_round_same.median, "min": per_round_same.min, "max": per_round_same.max},
-                "best": {"median": per_round_best.median, "min": per_round_best.min, "max": per_round_best.max},
+                "same_threads": per_round_same.json(),
+                "best": per_round_best.json(),
             },
             "runs": servers.iter().zip(&best).zip(&rounds_rps).map(|(((name, _), r), all)| json!({
                 "server": name,

@@ -105,6 +105,13 @@ impl Ratios {
     }
 }
 
+impl Ratios {
+    /// `{"median": .., "min": .., "max": ..}`, for a results file.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({"median": self.median, "min": self.min, "max": self.max})
+    }
+}
+
 impl std::fmt::Display for Ratios {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:.2} ({:.2}-{:.2})", self.median, self.min, self.max)

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use benches::{Run, wrk};
+use benches::{Run, median, wrk};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::server::conn::http1;
@@ -180,10 +180,10 @@ fn rounds(contenders: &[(&str, String)], rounds: usize, round: Duration) -> Vec<
     }
     runs.into_iter()
         .map(|r| Run {
-            rps: benches::median(r.iter().map(|r| r.rps).collect()),
-            p50_ms: benches::median(r.iter().map(|r| r.p50_ms).collect()),
-            p90_ms: benches::median(r.iter().map(|r| r.p90_ms).collect()),
-            p99_ms: benches::median(r.iter().map(|r| r.p99_ms).collect()),
+            rps: median(r.iter().map(|r| r.rps).collect()),
+            p50_ms: median(r.iter().map(|r| r.p50_ms).collect()),
+            p90_ms: median(r.iter().map(|r| r.p90_ms).collect()),
+            p99_ms: median(r.iter().map(|r| r.p99_ms).collect()),
         })
         .collect()
 }
