@@ -250,6 +250,30 @@ fn load_section(doc: &Value, out: &Path, md: &mut String) {
         }
     }
     writeln!(md).unwrap();
+    // The ratios round by round (results written before they existed have none).
+    for s in &scenarios {
+        let r = &s["ratio_per_round"];
+        let text = |k: &str| {
+            format!(
+                "{:.2} ({:.2}-{:.2})",
+                r[k]["median"].as_f64().unwrap_or(f64::NAN),
+                r[k]["min"].as_f64().unwrap_or(f64::NAN),
+                r[k]["max"].as_f64().unwrap_or(f64::NAN)
+            )
+        };
+        if r.is_object() {
+            writeln!(
+                md,
+                "- `{}`, {} connections, ankh / hyper round by round, median (range): {} same threads, {} against its best",
+                s["path"].as_str().unwrap_or("?"),
+                s["connections"],
+                text("same_threads"),
+                text("best")
+            )
+            .unwrap();
+        }
+    }
+    writeln!(md).unwrap();
     for s in &scenarios {
         let name = s["endpoint"].as_str().unwrap_or("?");
         let runs = s["runs"].as_array().cloned().unwrap_or_default();
