@@ -1,18 +1,18 @@
 //! What [`export_plugin!`](crate::export_plugin) expands to calls into here: the per-instance
-//! router and WebSocket handler, and the conversions between WIT records and SDK types.
+//! router, the WebSocket events, and the conversions between WIT records and SDK types.
 //!
 //! Not part of the public API (re-exported as the hidden `__private`). A wasm instance runs one
-//! call at a time on one thread, so `thread_local!` cells are the whole state: the router is
-//! built on the first request and reused by every later request the instance handles.
+//! call at a time on one thread, so a `thread_local!` cell is the whole state: the router is
+//! built on the first request and reused by every later request the instance handles. The
+//! WebSocket handler is a type, not a value, so its events keep nothing here.
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::OnceCell;
 
 use crate::ws::{CloseInfo, ConnectionId, Message, WebSocketHandler};
 use crate::{Outcome, Request, Router, wit};
 
 thread_local! {
     static ROUTER: OnceCell<Router> = const { OnceCell::new() };
-    static WEBSOCKET: RefCell<Option<Box<dyn WebSocketHandler>>> = const { RefCell::new(None) };
 }
 
 /// `handler.handle-request`: builds the router on first use, then dispatches.
@@ -47,30 +47,18 @@ fn route(build: fn() -> Router, request: Request) -> Outcome {
 }
 
 /// `websocket-handler.on-open`.
-pub fn on_open<W: WebSocketHandler + Default + 'static>(conn: ConnectionId, request: wit::Request) {
-    with_websocket::<W>(|handler| handler.on_open(conn, &Request::new(request)));
+pub fn on_open<W: WebSocketHandler>(conn: ConnectionId, request: wit::Request) {
+    W::on_open(conn, &Request::new(request));
 }
 
 /// `websocket-handler.on-message`.
-pub fn on_message<W: WebSocketHandler + Default + 'static>(conn: ConnectionId, message: Message) {
-    with_websocket::<W>(|handler| handler.on_message(conn, message));
+pub fn on_message<W: WebSocketHandler>(conn: ConnectionId, message: Message) {
+    W::on_message(conn, message);
 }
 
 /// `websocket-handler.on-close`.
-pub fn on_close<W: WebSocketHandler + Default + 'static>(conn: ConnectionId, info: CloseInfo) {
-    with_websocket::<W>(|handler| handler.on_close(conn, info));
-}
-
-/// Runs `event` on this instance's handler, creating it on first use. The host never calls
-/// into an instance re-entrantly, so the `RefCell` borrow cannot fail.
-fn with_websocket<W: WebSocketHandler + Default + 'static>(
-    event: impl FnOnce(&mut dyn WebSocketHandler),
-) {
-    WEBSOCKET.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        let handler = slot.get_or_insert_with(|| Box::new(W::default()));
-        event(handler.as_mut());
-    });
+pub fn on_close<W: WebSocketHandler>(conn: ConnectionId, info: CloseInfo) {
+    W::on_close(conn, info);
 }
 
 #[cfg(test)]
@@ -78,36 +66,35 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::test_support::request;
+    use crate::testing;
 
     static ROUTERS_BUILT: AtomicUsize = AtomicUsize::new(0);
     static MESSAGES_SEEN: AtomicUsize = AtomicUsize::new(0);
-    static HANDLERS_MADE: AtomicUsize = AtomicUsize::new(0);
+    static CLOSES_SEEN: AtomicUsize = AtomicUsize::new(0);
 
     fn counting_router() -> Router {
         ROUTERS_BUILT.fetch_add(1, Ordering::SeqCst);
-        Router::new().get("/", |req: &Request| req.id().to_owned())
+        Router::new().get("/", |req| req.id().to_owned())
     }
 
     struct Counting;
 
-    impl Default for Counting {
-        fn default() -> Self {
-            HANDLERS_MADE.fetch_add(1, Ordering::SeqCst);
-            Self
-        }
-    }
-
     impl WebSocketHandler for Counting {
-        fn on_message(&mut self, _conn: ConnectionId, _message: Message) {
+        fn on_message(_conn: ConnectionId, _message: Message) {
             MESSAGES_SEEN.fetch_add(1, Ordering::SeqCst);
+        }
+
+        fn on_close(conn: ConnectionId, info: CloseInfo) {
+            assert_eq!((conn, info.code), (7, 1000));
+            CLOSES_SEEN.fetch_add(1, Ordering::SeqCst);
         }
     }
 
     #[test]
     fn router_is_built_once_per_instance() {
         for _ in 0..3 {
-            let outcome = handle_request(counting_router, request("GET", "/m", "/m").into_raw());
+            let request = testing::request("GET", "/").mount("/m").build();
+            let outcome = handle_request(counting_router, request.into_raw());
             let wit::Outcome::Respond(response) = outcome else {
                 panic!("expected a response");
             };
@@ -120,7 +107,7 @@ mod tests {
     }
 
     #[test]
-    fn websocket_handler_is_made_once_and_receives_events() {
+    fn websocket_events_reach_the_handler_type() {
         for _ in 0..3 {
             on_message::<Counting>(7, Message::Text("hi".to_owned()));
         }
@@ -133,6 +120,6 @@ mod tests {
             },
         );
         assert_eq!(MESSAGES_SEEN.load(Ordering::SeqCst), 3);
-        assert_eq!(HANDLERS_MADE.load(Ordering::SeqCst), 1);
+        assert_eq!(CLOSES_SEEN.load(Ordering::SeqCst), 1);
     }
 }

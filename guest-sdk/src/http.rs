@@ -367,7 +367,7 @@ mod tests {
     #[test]
     fn errors_answer_502_or_504() {
         let status = |e: Error| match e.into_outcome() {
-            Outcome::Respond(r) => r.status_code(),
+            Outcome::Respond(r) => r.status(),
             other => panic!("{other:?}"),
         };
         assert_eq!(status(Error::Timeout), 504);

@@ -337,9 +337,9 @@ mod tests {
 
     #[test]
     fn errors_answer_with_a_fitting_status() {
-        assert_eq!(Response::from(KvError::Full).status_code(), 507);
+        assert_eq!(Response::from(KvError::Full).status(), 507);
         let r = Response::from(KvError::Unavailable("disk full".into()));
-        assert_eq!(r.status_code(), 503);
+        assert_eq!(r.status(), 503);
         assert_eq!(r.header("retry-after"), Some("1"));
         assert!(String::from_utf8_lossy(r.body()).contains("disk full"));
         assert_eq!(ttl_ms(Duration::from_micros(10)), 1);

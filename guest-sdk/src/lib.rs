@@ -7,7 +7,8 @@
 //! answer as one, which is cheaper to call) and puts a small, axum-like layer on top:
 //! a [`Router`] with path patterns, a [`Request`] with decoded accessors, a [`Response`]
 //! builder, and thin wrappers over the host's [`kv`] store, [`log`] and [`ws`] (WebSocket)
-//! imports. One macro, [`export_plugin!`], exports the whole thing.
+//! imports. One macro, [`export_plugin!`], exports the whole thing, and [`testing`] runs the
+//! router in a plain `cargo test`.
 //!
 //! # A complete plugin
 //!
@@ -33,8 +34,8 @@
 //! /// Routes are relative to where the host mounts the plugin (`/hello` for `hello.wasm`).
 //! fn router() -> Router {
 //!     Router::new()
-//!         .get("/", |_req: &Request| "Hello, World!")
-//!         .get("/{name}", |req: &Request| {
+//!         .get("/", |_req| "Hello, World!")
+//!         .get("/{name}", |req| {
 //!             format!("Hello, {}!", req.param("name").unwrap_or("stranger"))
 //!         })
 //! }
@@ -44,7 +45,8 @@
 //!
 //! Build it with `cargo build --release --target wasm32-wasip2` (after
 //! `rustup target add wasm32-wasip2`); `target/wasm32-wasip2/release/hello.wasm` is the
-//! component to drop into the host's plugin directory.
+//! component to drop into the host's plugin directory. A plain `cargo test` runs the router
+//! without a host: see [`testing`].
 //!
 //! # How a request reaches a handler
 //!
@@ -89,6 +91,7 @@ mod percent;
 mod router;
 #[cfg(test)]
 mod test_support;
+pub mod testing;
 pub mod ws;
 
 pub use bindings::ankh::plugin::types as wit;
@@ -132,8 +135,8 @@ impl std::fmt::Display for HttpVersion {
 ///
 /// `router_fn` is a `fn() -> Router` (a path to a function, or a closure that captures
 /// nothing); each instance calls it once, on its first request, and keeps the router.
-/// `MyHandler` is a type that implements [`ws::WebSocketHandler`] and `Default`; each instance
-/// makes one on its first WebSocket event. Without it, WebSocket events are ignored.
+/// `MyHandler` is a type that implements [`ws::WebSocketHandler`]; its functions receive the
+/// WebSocket events. Without it, WebSocket events are ignored.
 ///
 /// Use the macro once per plugin crate, at module level. The plugin needs no dependency
 /// besides `ankh-guest`.
@@ -141,17 +144,16 @@ impl std::fmt::Display for HttpVersion {
 /// ```
 /// use ankh_guest::prelude::*;
 ///
-/// #[derive(Default)]
 /// struct Echo;
 ///
 /// impl WebSocketHandler for Echo {
-///     fn on_message(&mut self, conn: ws::ConnectionId, message: ws::Message) {
+///     fn on_message(conn: ws::ConnectionId, message: ws::Message) {
 ///         let _ = ws::send(conn, &message);
 ///     }
 /// }
 ///
 /// fn router() -> Router {
-///     Router::new().get("/", |_req: &Request| Outcome::upgrade())
+///     Router::new().get("/", |_req| Outcome::upgrade())
 /// }
 ///
 /// ankh_guest::export_plugin!(router, websocket = Echo);

@@ -163,7 +163,7 @@ pub(crate) fn encode_outcome(outcome: &Outcome) -> Vec<u8> {
             let body = response.body();
             let mut out = Vec::with_capacity(1 + 2 + fields_len(as_pairs()) + body.len());
             out.push(0);
-            out.extend_from_slice(&response.status_code().to_le_bytes());
+            out.extend_from_slice(&response.status().to_le_bytes());
             put_fields(&mut out, fields.len(), as_pairs());
             out.extend_from_slice(body);
             out
@@ -264,27 +264,19 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::{encode_packed as encode, request};
+    use crate::test_support::encode_packed as encode;
+    use crate::testing::request;
 
     fn sample() -> wit::Request {
-        let mut raw = request("POST", "/todo", "/todo/items%20x").into_raw();
-        raw.query = "a=1&b=%20".to_owned();
-        raw.headers = vec![
-            wit::Header {
-                name: "Host".to_owned(),
-                value: b"example.test".to_vec(),
-            },
-            wit::Header {
-                name: "x-raw".to_owned(),
-                value: vec![0xff, 0x00, b'a'],
-            },
-            wit::Header {
-                name: "empty".to_owned(),
-                value: Vec::new(),
-            },
-        ];
+        let mut raw = request("POST", "/items%20x?a=1&b=%20")
+            .mount("/todo")
+            .header("Host", "example.test")
+            .header("x-raw", [0xff, 0x00, b'a'])
+            .header("empty", "")
+            .body("payload")
+            .build()
+            .into_raw();
         raw.version = wit::HttpVersion::Http10;
-        raw.body = b"payload".to_vec();
         raw
     }
 
@@ -321,7 +313,7 @@ mod tests {
 
     #[test]
     fn lies_in_the_head_are_refused_without_allocating_for_them() {
-        let mut head = encode(&request("GET", "", "/").into_raw());
+        let mut head = encode(&request("GET", "/").build().into_raw());
         // The header count is the last four bytes of a request without headers.
         let at = head.len() - 4;
         head[at..].copy_from_slice(&u32::MAX.to_le_bytes());
@@ -377,7 +369,7 @@ mod tests {
         assert_eq!(packed, expected);
         assert_eq!(packed.capacity(), packed.len(), "sized before writing");
 
-        let empty = encode_outcome(&Outcome::Respond(crate::Response::status(204)));
+        let empty = encode_outcome(&Outcome::Respond(crate::Response::new(204)));
         assert_eq!(empty, [0, 204, 0, 0, 0, 0, 0]);
     }
 

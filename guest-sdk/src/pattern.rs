@@ -1,17 +1,9 @@
 //! Route patterns: parsing (rejecting bad ones at registration) and matching against the
 //! decoded segments of a request's route path.
 //!
-//! A pattern starts with `/` and is split on `/` into segments, each of which is one of:
-//!
-//! | segment          | matches                                                        |
-//! |------------------|----------------------------------------------------------------|
-//! | `items`          | exactly `items` (also `a*b`: a star in the middle is literal)  |
-//! | `*`              | any one segment                                                |
-//! | `*.txt`          | one segment that ends with `.txt`                              |
-//! | `img-*`          | one segment that starts with `img-`                            |
-//! | `*draft*`        | one segment that contains `draft`                              |
-//! | `**`             | one or more segments                                           |
-//! | `@id` or `{id}`  | any one segment, captured as the parameter `id`               |
+//! The syntax is documented on [`Router`](crate::Router): a pattern starts with `/` and is
+//! split on `/` into segments, each a literal, a wildcard (`*`, `*.txt`, `img-*`, `*draft*`),
+//! `**`, or a capture (`{id}`, and its alias).
 //!
 //! Invariants the matcher relies on:
 //! - wildcards and captures never match an empty segment, so `/items/*` matches `/items/3`
@@ -47,7 +39,7 @@ enum Segment {
     Contains(String),
     /// `**`: one or more non-empty segments.
     Rest,
-    /// `@name` or `{name}`.
+    /// `{name}`, or the alias with a leading `@`.
     Capture(String),
 }
 
@@ -68,7 +60,7 @@ pub enum PatternErrorKind {
     NoLeadingSlash,
     /// `**` is directly followed by `*`, `**` or a capture.
     AmbiguousAfterDoubleStar,
-    /// `@` or `{}` without a name.
+    /// A capture without a name: `{}`.
     EmptyCaptureName,
     /// Two captures share a name.
     DuplicateCaptureName,
@@ -94,7 +86,7 @@ impl fmt::Display for PatternError {
             PatternErrorKind::AmbiguousAfterDoubleStar => {
                 "`**` cannot be followed by `*`, `**` or a capture"
             }
-            PatternErrorKind::EmptyCaptureName => "a capture (`@name` or `{name}`) needs a name",
+            PatternErrorKind::EmptyCaptureName => "a capture needs a name",
             PatternErrorKind::DuplicateCaptureName => "two captures have the same name",
         };
         write!(f, "invalid route pattern {:?}: {reason}", self.pattern)

@@ -231,10 +231,10 @@ impl Request {
     /// [`JsonError`] is itself an [`IntoOutcome`](crate::IntoOutcome) (a `400`), so a handler
     /// returning `Result<Response, JsonError>` can use `?`.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, JsonError> {
-        serde_json::from_slice(self.body()).map_err(JsonError)
+        serde_json::from_slice(self.body()).map_err(JsonError::new)
     }
 
-    /// The route capture `name` (`@name` or `{name}` in the pattern), decoded.
+    /// The route capture `name` (`{name}` in the pattern), decoded.
     pub fn param(&self, name: &str) -> Option<&str> {
         self.params
             .iter()
@@ -341,7 +341,8 @@ fn route_raw<'a>(path: &'a str, mount: &str) -> &'a str {
     }
 }
 
-/// A request body that is not the JSON the handler expected.
+/// A body that is not the JSON expected: a request's ([`Request::json`]), or in a test a
+/// response's ([`TestResponse::json`](crate::testing::TestResponse::json)).
 ///
 /// As an [`IntoOutcome`](crate::IntoOutcome) it becomes `400 Bad Request` with the JSON body
 /// `{"error": "<message>"}`.
@@ -349,6 +350,10 @@ fn route_raw<'a>(path: &'a str, mount: &str) -> &'a str {
 pub struct JsonError(serde_json::Error);
 
 impl JsonError {
+    pub(crate) fn new(err: serde_json::Error) -> Self {
+        Self(err)
+    }
+
     /// The underlying `serde_json` error (line, column, category).
     pub fn inner(&self) -> &serde_json::Error {
         &self.0
@@ -377,20 +382,21 @@ impl crate::IntoOutcome for JsonError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::request;
+    use crate::test_support::encode_packed;
+    use crate::testing::request;
 
     #[test]
     fn a_packed_request_reads_as_the_record_it_encodes() {
-        let mut raw = request("POST", "/m", "/m/a%2Fb/c%20d").into_raw();
-        raw.query = "q=a+b&tag=x".to_owned();
-        raw.headers = vec![
-            header("Accept", b"text/html"),
-            header("X-Bin", b"\xff"),
-            header("accept", b"application/json"),
-        ];
-        raw.body = br#"{"val": 41}"#.to_vec();
+        let mut raw = request("POST", "/a%2Fb/c%20d?q=a+b&tag=x")
+            .mount("/m")
+            .header("Accept", "text/html")
+            .header("X-Bin", b"\xff")
+            .header("accept", "application/json")
+            .body(r#"{"val": 41}"#)
+            .build()
+            .into_raw();
         raw.version = wit::HttpVersion::Http10;
-        let head = Head::decode(crate::test_support::encode_packed(&raw)).unwrap();
+        let head = Head::decode(encode_packed(&raw)).unwrap();
         let packed = Request::from_packed(head, raw.body.clone());
         let plain = Request::new(raw.clone());
         assert_eq!(packed, plain);
@@ -413,11 +419,8 @@ mod tests {
         assert_eq!(packed.as_raw(), &raw);
         assert_eq!(packed.clone().into_raw(), raw);
         assert_eq!(
-            Request::from_packed(
-                Head::decode(crate::test_support::encode_packed(&raw)).unwrap(),
-                raw.body.clone()
-            )
-            .into_raw(),
+            Request::from_packed(Head::decode(encode_packed(&raw)).unwrap(), raw.body.clone())
+                .into_raw(),
             raw
         );
         let mut other = raw.clone();
@@ -425,22 +428,26 @@ mod tests {
         assert_ne!(Request::new(other), packed);
     }
 
+    /// A request as the host sends it, with `path` the whole path, the mount included.
+    fn wire(mount: &str, path: &str) -> Request {
+        let mut raw = request("GET", "/").build().into_raw();
+        (raw.mount, raw.path) = (mount.to_owned(), path.to_owned());
+        Request::new(raw)
+    }
+
     #[test]
     fn route_path_is_relative_to_the_mount() {
-        assert_eq!(request("GET", "/todo", "/todo").route_path(), "/");
-        assert_eq!(request("GET", "/todo", "/todo/").route_path(), "/");
-        assert_eq!(
-            request("GET", "/todo", "/todo/items/3").route_path(),
-            "/items/3"
-        );
-        assert_eq!(request("GET", "", "/").route_path(), "/");
-        assert_eq!(request("GET", "", "/a/b").route_path(), "/a/b");
-        assert_eq!(request("GET", "/todo/", "/todo/x").route_path(), "/x");
+        assert_eq!(wire("/todo", "/todo").route_path(), "/");
+        assert_eq!(wire("/todo", "/todo/").route_path(), "/");
+        assert_eq!(wire("/todo", "/todo/items/3").route_path(), "/items/3");
+        assert_eq!(wire("", "/").route_path(), "/");
+        assert_eq!(wire("", "/a/b").route_path(), "/a/b");
+        assert_eq!(wire("/todo/", "/todo/x").route_path(), "/x");
     }
 
     #[test]
     fn route_path_is_decoded_but_segments_keep_encoded_slashes() {
-        let req = request("GET", "/m", "/m/a%2Fb/c%20d");
+        let req = request("GET", "/a%2Fb/c%20d").mount("/m").build();
         assert_eq!(req.route_path(), "/a/b/c d");
         assert_eq!(req.route_segments(), ["a/b", "c d"]);
         assert_eq!(req.path(), "/m/a%2Fb/c%20d");
@@ -448,9 +455,7 @@ mod tests {
 
     #[test]
     fn query_decoding() {
-        let mut raw = request("GET", "/m", "/m").into_raw();
-        raw.query = "q=a+b%20c&tag=x&tag=y%26z&empty=&flag".to_owned();
-        let req = Request::new(raw);
+        let req = request("GET", "/?q=a+b%20c&tag=x&tag=y%26z&empty=&flag").build();
         assert_eq!(req.query_param("q").as_deref(), Some("a b c"));
         assert_eq!(req.query_param("tag").as_deref(), Some("x"));
         assert_eq!(req.query_params("tag"), ["x", "y&z"]);
@@ -464,13 +469,11 @@ mod tests {
 
     #[test]
     fn headers_are_case_insensitive_and_ordered() {
-        let mut raw = request("GET", "/m", "/m").into_raw();
-        raw.headers = vec![
-            header("Accept", b"text/html"),
-            header("X-Bin", b"\xff"),
-            header("accept", b"application/json"),
-        ];
-        let req = Request::new(raw);
+        let req = request("GET", "/")
+            .header("Accept", "text/html")
+            .header("X-Bin", b"\xff")
+            .header("accept", "application/json")
+            .build();
         assert_eq!(req.header("ACCEPT"), Some("text/html"));
         assert_eq!(req.header("x-bin"), None, "not UTF-8");
         assert_eq!(req.header("missing"), None);
@@ -482,20 +485,11 @@ mod tests {
 
     #[test]
     fn body_as_text_and_json() {
-        let mut raw = request("POST", "/m", "/m").into_raw();
-        raw.body = br#"{"val": 41}"#.to_vec();
-        let req = Request::new(raw);
+        let req = request("POST", "/").body(r#"{"val": 41}"#).build();
         assert_eq!(req.text().unwrap(), r#"{"val": 41}"#);
         let value: serde_json::Value = req.json().unwrap();
         assert_eq!(value["val"], 41);
         let err = req.json::<Vec<u8>>().unwrap_err();
         assert!(err.to_string().starts_with("invalid JSON body"), "{err}");
-    }
-
-    fn header(name: &str, value: &[u8]) -> wit::Header {
-        wit::Header {
-            name: name.to_owned(),
-            value: value.to_vec(),
-        }
     }
 }

@@ -19,7 +19,8 @@ const APPLICATION_JSON: &str = "application/json";
 
 /// An HTTP response: a status code, header fields in order, and a body.
 ///
-/// Build one with a constructor and chain `with_*` calls:
+/// Build one with a constructor (`Response::new(204)` for a status alone) and chain `with_*`
+/// calls:
 ///
 /// ```
 /// use ankh_guest::Response;
@@ -27,7 +28,7 @@ const APPLICATION_JSON: &str = "application/json";
 /// let response = Response::text("created")
 ///     .with_status(201)
 ///     .with_header("Location", "/todo/items/7");
-/// assert_eq!(response.status_code(), 201);
+/// assert_eq!(response.status(), 201);
 /// assert_eq!(response.header("location"), Some("/todo/items/7"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,18 +44,14 @@ pub struct Response {
 pub(crate) type Field = (Cow<'static, str>, Cow<'static, [u8]>);
 
 impl Response {
-    /// A response with this status, no headers and an empty body.
+    /// A response with this status, no headers and an empty body: `Response::new(204)`, or
+    /// `Response::new(302).with_header("Location", url)`.
     pub fn new(status: u16) -> Self {
         Self {
             status,
             headers: Vec::new(),
             body: Vec::new(),
         }
-    }
-
-    /// The same as [`Response::new`]: this status and an empty body (e.g. `204`).
-    pub fn status(status: u16) -> Self {
-        Self::new(status)
     }
 
     /// `200` with a `text/plain; charset=utf-8` body.
@@ -138,6 +135,12 @@ impl Response {
     }
 
     /// The status code.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The status code; the old name of [`Response::status`].
+    #[deprecated(since = "0.1.0", note = "renamed to `Response::status`")]
     pub fn status_code(&self) -> u16 {
         self.status
     }
@@ -205,18 +208,19 @@ mod tests {
     #[test]
     fn constructors_set_status_and_content_type() {
         let text = Response::text("hi");
-        assert_eq!(text.status_code(), 200);
+        assert_eq!(text.status(), 200);
         assert_eq!(text.header("content-type"), Some(TEXT_PLAIN));
         assert_eq!(text.body(), b"hi");
         assert_eq!(
             Response::html("<p>").header("Content-Type"),
             Some(TEXT_HTML)
         );
-        assert_eq!(Response::status(204).body(), b"");
-        assert_eq!(Response::status(204).headers().count(), 0);
-        assert_eq!(Response::not_found().status_code(), 404);
+        assert_eq!(Response::new(204).status(), 204);
+        assert_eq!(Response::new(204).body(), b"");
+        assert_eq!(Response::new(204).headers().count(), 0);
+        assert_eq!(Response::not_found().status(), 404);
         let bad = Response::bad_request("no title");
-        assert_eq!((bad.status_code(), bad.body()), (400, &b"no title"[..]));
+        assert_eq!((bad.status(), bad.body()), (400, &b"no title"[..]));
         let bytes = Response::bytes("image/png", vec![1, 2]);
         assert_eq!(bytes.header("content-type"), Some("image/png"));
     }
@@ -227,7 +231,7 @@ mod tests {
         assert_eq!(ok.header("content-type"), Some(APPLICATION_JSON));
         assert_eq!(ok.body(), br#"{"id":1}"#);
         let map: std::collections::BTreeMap<(u8, u8), u8> = [((1, 2), 3)].into();
-        assert_eq!(Response::json(&map).status_code(), 500);
+        assert_eq!(Response::json(&map).status(), 500);
     }
 
     #[test]

@@ -74,15 +74,14 @@ fn fill(req: &Request) -> Result<String, Response> {
 }
 
 /// The WebSocket benchmark endpoint: echo, and a broadcast topic every connection is on.
-#[derive(Default)]
 struct Bench;
 
 impl WebSocketHandler for Bench {
-    fn on_open(&mut self, conn: ws::ConnectionId, _request: &Request) {
+    fn on_open(conn: ws::ConnectionId, _request: &Request) {
         let _ = ws::subscribe(conn, "bench");
     }
 
-    fn on_message(&mut self, conn: ws::ConnectionId, message: ws::Message) {
+    fn on_message(conn: ws::ConnectionId, message: ws::Message) {
         if let ws::Message::Text(text) = &message
             && let Some(body) = text.strip_prefix("publish:")
         {
@@ -95,12 +94,12 @@ impl WebSocketHandler for Bench {
 
 fn router() -> Router {
     Router::new()
-        .get("/", |_req: &Request| "Hello, World!")
+        .get("/", |_req| "Hello, World!")
         .get("/busy", busy)
         .get("/sleep", sleep)
         .get("/incr", incr)
         .get("/fill", fill)
-        .get("/ws", |_req: &Request| Outcome::upgrade())
+        .get("/ws", |_req| Outcome::upgrade())
 }
 
 ankh_guest::export_plugin!(router, websocket = Bench);

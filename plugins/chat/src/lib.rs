@@ -6,7 +6,7 @@
 //!
 //! Events of one connection may be handled by different instances (one per worker), so what
 //! the plugin must remember about a connection (its room and name) lives in the key-value
-//! store, not in the handler's fields.
+//! store, keyed by the connection id; the handler is a type with no value to keep it in.
 
 use ankh_guest::prelude::*;
 use serde_json::json;
@@ -39,11 +39,10 @@ fn publish(room: &str, value: serde_json::Value) {
     let _ = ws::publish(&topic(room), &ws::Message::Text(value.to_string()));
 }
 
-#[derive(Default)]
 struct Chat;
 
 impl WebSocketHandler for Chat {
-    fn on_open(&mut self, conn: ws::ConnectionId, request: &Request) {
+    fn on_open(conn: ws::ConnectionId, request: &Request) {
         let room = request
             .query_param("room")
             .filter(|r| !r.is_empty())
@@ -60,15 +59,15 @@ impl WebSocketHandler for Chat {
         if kv::set_with_ttl(&key(conn), format!("{room}\n{name}"), MEMBERSHIP_TTL).is_err()
             || ws::subscribe(conn, &topic(&room)).is_err()
         {
-            let _ = ws::close(conn, 1011, "cannot join");
+            let _ = ws::close(conn, ws::CloseCode::INTERNAL_ERROR, "cannot join");
             return;
         }
         publish(&room, json!({"type": "join", "name": name, "room": room}));
     }
 
-    fn on_message(&mut self, conn: ws::ConnectionId, message: ws::Message) {
+    fn on_message(conn: ws::ConnectionId, message: ws::Message) {
         let ws::Message::Text(text) = message else {
-            let _ = ws::close(conn, 1003, "text only");
+            let _ = ws::close(conn, ws::CloseCode::UNSUPPORTED, "text only");
             return;
         };
         let Some((room, name)) = member(conn) else {
@@ -81,7 +80,7 @@ impl WebSocketHandler for Chat {
         );
     }
 
-    fn on_close(&mut self, conn: ws::ConnectionId, _info: ws::CloseInfo) {
+    fn on_close(conn: ws::ConnectionId, _info: ws::CloseInfo) {
         if let Some((room, name)) = member(conn) {
             let _ = kv::delete(&key(conn));
             publish(&room, json!({"type": "leave", "name": name}));
@@ -91,8 +90,8 @@ impl WebSocketHandler for Chat {
 
 fn router() -> Router {
     Router::new()
-        .get("/", |_req: &Request| Response::html(PAGE))
-        .get("/ws", |_req: &Request| Outcome::upgrade())
+        .get("/", |_req| Response::html(PAGE))
+        .get("/ws", |_req| Outcome::upgrade())
 }
 
 ankh_guest::export_plugin!(router, websocket = Chat);

@@ -49,7 +49,7 @@ fn error(status: u16, message: impl Into<String>) -> Response {
 }
 
 fn store_error(e: KvError) -> Response {
-    let status = Response::from(e.clone()).status_code();
+    let status = Response::from(e.clone()).status();
     error(status, format!("storage failed: {e}"))
 }
 
@@ -137,7 +137,7 @@ fn follow(req: &Request) -> Reply {
     let url = url_of(&code)?;
     // Counting is best effort: a full or failing store must not break the redirect.
     let _ = kv::increment(&hits_key(&code), 1);
-    Ok(Response::status(302)
+    Ok(Response::new(302)
         .with_header("location", url)
         .with_header("cache-control", "no-store"))
 }
@@ -161,7 +161,7 @@ fn remove(req: &Request) -> Reply {
     if deleted == 0 {
         return Err(error(404, "no such link"));
     }
-    Ok(Response::status(204))
+    Ok(Response::new(204))
 }
 
 fn router() -> Router {
@@ -170,7 +170,7 @@ fn router() -> Router {
         .get("/{code}", follow)
         .get("/{code}/stats", stats)
         .delete("/{code}", remove)
-        .not_found(|_req: &Request| error(404, "not found"))
+        .not_found(|_req| error(404, "not found"))
 }
 
 ankh_guest::export_plugin!(router);

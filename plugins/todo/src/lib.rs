@@ -63,7 +63,7 @@ fn not_found(req: &Request) -> Response {
 
 /// A store failure, as JSON, with the status the SDK gives it (413, 507, 503...).
 fn store_error(err: KvError) -> Response {
-    let status = Response::from(err.clone()).status_code();
+    let status = Response::from(err.clone()).status();
     error(status, format!("storage failed: {err}"))
 }
 
@@ -137,7 +137,7 @@ fn update(req: &Request) -> Reply {
 fn remove(req: &Request) -> Reply {
     let item = load(req)?;
     if kv::delete(&item_key(item.id)).map_err(store_error)? {
-        Ok(Response::status(204))
+        Ok(Response::new(204))
     } else {
         Err(not_found(req))
     }
@@ -151,10 +151,41 @@ fn router() -> Router {
         .put("/items/{id}", update)
         .delete("/items/{id}", remove)
         // Errors stay JSON; the router adds the `Allow` header to the 405 itself.
-        .not_found(|_req: &Request| error(404, "not found"))
-        .method_not_allowed(|req: &Request| {
-            error(405, format!("{} is not allowed here", req.method()))
-        })
+        .not_found(|_req| error(404, "not found"))
+        .method_not_allowed(|req| error(405, format!("{} is not allowed here", req.method())))
 }
 
 ankh_guest::export_plugin!(router);
+
+#[cfg(test)]
+mod tests {
+    use ankh_guest::testing;
+    use serde_json::Value;
+
+    use super::*;
+
+    /// The routes that answer before touching the store run in a plain `cargo test`; the
+    /// others need a host (`tests/routing.rs` and `tests/kv.rs` drive them through a server).
+    #[test]
+    fn errors_are_json() {
+        let router = router();
+        let missing = testing::call(&router, testing::request("GET", "/nothing/here"));
+        assert_eq!(missing.status(), 404);
+        assert_eq!(missing.json::<Value>().unwrap()["error"], "not found");
+
+        let bad_id = testing::call(&router, testing::request("GET", "/items/milk"));
+        assert_eq!(bad_id.status(), 404);
+        assert_eq!(
+            bad_id.json::<Value>().unwrap()["error"],
+            r#"no item with id "milk""#
+        );
+
+        let wrong_method = testing::call(&router, testing::request("PATCH", "/items"));
+        assert_eq!(wrong_method.status(), 405);
+        assert_eq!(wrong_method.header("allow"), Some("GET, HEAD, POST"));
+        assert_eq!(
+            wrong_method.json::<Value>().unwrap()["error"],
+            "PATCH is not allowed here"
+        );
+    }
+}

@@ -6,18 +6,17 @@
 use ankh_guest::prelude::*;
 
 /// Sends every message straight back on the connection it came from.
-#[derive(Default)]
 struct Echo;
 
 impl WebSocketHandler for Echo {
-    fn on_message(&mut self, conn: ws::ConnectionId, message: ws::Message) {
+    fn on_message(conn: ws::ConnectionId, message: ws::Message) {
         // A connection that closed meanwhile is harmless: the send just reports `closed`.
         let _ = ws::send(conn, &message);
     }
 }
 
 fn router() -> Router {
-    Router::new().get("/", |_req: &Request| Outcome::upgrade())
+    Router::new().get("/", |_req| Outcome::upgrade())
 }
 
 ankh_guest::export_plugin!(router, websocket = Echo);

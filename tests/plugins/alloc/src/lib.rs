@@ -38,7 +38,7 @@ fn bomb(_req: &Request) -> Response {
 
 fn router() -> Router {
     Router::new()
-        .get("/ok", |_req: &Request| format!("ok {}", count()))
+        .get("/ok", |_req| format!("ok {}", count()))
         .get("/bomb", bomb)
 }
 

@@ -189,16 +189,21 @@ fn clock(_req: &Request) -> String {
     )
 }
 
-#[derive(Default)]
+/// Closes `conn` with any `code` at all, through the raw WIT import: `ws::close` takes only a
+/// `ws::CloseCode`, which cannot hold the codes the host must refuse.
+fn close_raw(conn: ws::ConnectionId, code: u16) -> Result<(), ws::WsError> {
+    ankh_guest::bindings::ankh::plugin::websocket::close(conn, code, "bye")
+}
+
 struct Hostile;
 
 impl WebSocketHandler for Hostile {
-    fn on_message(&mut self, conn: ws::ConnectionId, message: ws::Message) {
+    fn on_message(conn: ws::ConnectionId, message: ws::Message) {
         if let ws::Message::Text(text) = &message
             && let Some(code) = text.strip_prefix("close:")
         {
             let code: u16 = code.parse().unwrap_or(0);
-            if let Err(e) = ws::close(conn, code, "bye") {
+            if let Err(e) = close_raw(conn, code) {
                 let _ = ws::send_text(conn, &format!("refused {code} {e:?}"));
             }
             return;
@@ -265,22 +270,18 @@ fn http_slow(req: &Request) -> String {
 
 fn router() -> Router {
     Router::new()
-        .get("/send", |req: &Request| {
+        .get("/send", |req| {
             let text = req.query_param("text").unwrap_or_default();
             report(ws::send_text(conn(req), &text))
         })
-        .get("/close", |req: &Request| {
-            report(ws::close(
-                conn(req),
-                number(req, "code", 1000) as u16,
-                "bye",
-            ))
+        .get("/close", |req| {
+            report(close_raw(conn(req), number(req, "code", 1000) as u16))
         })
-        .get("/subscribe", |req: &Request| {
+        .get("/subscribe", |req| {
             let topic = req.query_param("topic").unwrap_or_default();
             report(ws::subscribe(conn(req), &topic))
         })
-        .get("/unsubscribe", |req: &Request| {
+        .get("/unsubscribe", |req| {
             let topic = req.query_param("topic").unwrap_or_default();
             report(ws::unsubscribe(conn(req), &topic))
         })
@@ -291,7 +292,7 @@ fn router() -> Router {
         .get("/kv-fill", kv_fill)
         .get("/kv-bounds", kv_bounds)
         .get("/pollables", pollables)
-        .get("/exit", |req: &Request| -> &'static str {
+        .get("/exit", |req| -> &'static str {
             std::process::exit(number(req, "code", 3) as i32)
         })
         .get("/log-forge", log_forge)
@@ -299,8 +300,8 @@ fn router() -> Router {
         .get("/clock", clock)
         .get("/http-flood", http_flood)
         .get("/http-slow", http_slow)
-        .get("/ws", |_req: &Request| Outcome::upgrade())
-        .get("/bad-upgrade", |_req: &Request| Outcome::Upgrade {
+        .get("/ws", |_req| Outcome::upgrade())
+        .get("/bad-upgrade", |_req| Outcome::Upgrade {
             protocol: None,
             headers: vec![("X Bad".to_owned(), b"v".to_vec())],
         })

@@ -27,7 +27,7 @@ use ankh_guest::prelude::*;
 type Reply = Result<Response, Response>;
 
 fn kv_error(e: KvError) -> Response {
-    let status = Response::from(e.clone()).status_code();
+    let status = Response::from(e.clone()).status();
     Response::text(format!("kv error: {e:?}")).with_status(status)
 }
 
@@ -65,7 +65,7 @@ fn set(req: &Request) -> Reply {
         None => kv::set(&key, req.body()),
     }
     .map_err(kv_error)?;
-    Ok(Response::status(204))
+    Ok(Response::new(204))
 }
 
 fn set_many(req: &Request) -> Reply {
@@ -81,7 +81,7 @@ fn set_many(req: &Request) -> Reply {
         None => kv::set_many(&entries),
     }
     .map_err(kv_error)?;
-    Ok(Response::status(204))
+    Ok(Response::new(204))
 }
 
 fn keys(req: &Request) -> Result<Vec<String>, Response> {

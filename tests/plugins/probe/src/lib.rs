@@ -69,7 +69,7 @@ fn status(req: &Request) -> Result<Response, Response> {
         .ok_or_else(|| Response::bad_request("the status must be a number in 100..=999"))?;
     Ok(match req.query_param("body") {
         Some(body) => Response::text(body).with_status(code),
-        None => Response::status(code),
+        None => Response::new(code),
     })
 }
 
@@ -234,14 +234,14 @@ fn router() -> Router {
         }
     }
     Router::new()
-        .get("/ok", |_req: &Request| format!("ok {}", count()))
+        .get("/ok", |_req| format!("ok {}", count()))
         .get("/status/{code}", counted(status))
         .get("/early", counted(early))
         .get("/twice", counted(twice))
-        .get("/none", counted(|_req: &Request| Outcome::Done))
+        .get("/none", counted(|_req| Outcome::Done))
         .get(
             "/close",
-            counted(|_req: &Request| Response::text("ok").with_header("Connection", "close")),
+            counted(|_req| Response::text("ok").with_header("Connection", "close")),
         )
         .post("/inc", counted(inc))
         .get("/big", counted(big))

@@ -24,7 +24,7 @@ pub extern "C" fn _initialize() {
 }
 
 fn router() -> Router {
-    Router::new().get("/", |_req: &Request| "started")
+    Router::new().get("/", |_req| "started")
 }
 
 ankh_guest::export_plugin!(router);

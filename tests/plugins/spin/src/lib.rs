@@ -27,7 +27,7 @@ fn spin(_req: &Request) -> Response {
 
 fn router() -> Router {
     Router::new()
-        .get("/ok", |_req: &Request| format!("ok {}", count()))
+        .get("/ok", |_req| format!("ok {}", count()))
         .get("/loop", spin)
 }
 

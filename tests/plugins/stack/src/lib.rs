@@ -48,12 +48,12 @@ fn deep(depth: u64) -> u64 {
 
 fn router() -> Router {
     Router::new()
-        .get("/ok", |_req: &Request| format!("ok {}", count()))
-        .get("/overflow", |_req: &Request| {
+        .get("/ok", |_req| format!("ok {}", count()))
+        .get("/overflow", |_req| {
             count();
             format!("depth {}", recurse(0))
         })
-        .get("/deep", |_req: &Request| {
+        .get("/deep", |_req| {
             count();
             format!("depth {}", deep(0))
         })

@@ -21,12 +21,12 @@ fn count() -> u64 {
 
 fn router() -> Router {
     Router::new()
-        .get("/ok", |_req: &Request| format!("ok {}", count()))
-        .get("/panic", |_req: &Request| -> Response {
+        .get("/ok", |_req| format!("ok {}", count()))
+        .get("/panic", |_req| -> Response {
             count();
             panic!("boom: trap plugin panicked on purpose")
         })
-        .get("/unreachable", |_req: &Request| -> Response {
+        .get("/unreachable", |_req| -> Response {
             count();
             #[cfg(target_arch = "wasm32")]
             core::arch::wasm32::unreachable();

@@ -18,6 +18,9 @@ use std::time::Duration;
 
 use ankh_guest::prelude::*;
 
+/// The code `closeto:` closes the other connection with.
+const CLOSED_BY_ANOTHER: ws::CloseCode = ws::CloseCode::application(4001).unwrap();
+
 fn append(conn: ws::ConnectionId, entry: &str) {
     let key = format!("log/{conn}");
     let mut log = kv::get_string(&key).ok().flatten().unwrap_or_default();
@@ -42,11 +45,10 @@ fn text(conn: ws::ConnectionId, text: &str) {
     let _ = ws::send_text(conn, text);
 }
 
-#[derive(Default)]
 struct Probe;
 
 impl WebSocketHandler for Probe {
-    fn on_open(&mut self, conn: ws::ConnectionId, request: &Request) {
+    fn on_open(conn: ws::ConnectionId, request: &Request) {
         event(conn, "open", || {
             if request.query_param("id").is_some() {
                 text(conn, &format!("id:{conn}"));
@@ -58,7 +60,7 @@ impl WebSocketHandler for Probe {
         });
     }
 
-    fn on_message(&mut self, conn: ws::ConnectionId, message: ws::Message) {
+    fn on_message(conn: ws::ConnectionId, message: ws::Message) {
         let message = match message {
             ws::Message::Binary(bytes) => {
                 event(conn, &format!("bin:{}", bytes.len()), || {
@@ -71,7 +73,7 @@ impl WebSocketHandler for Probe {
         event(conn, &format!("msg:{message}"), || command(conn, &message));
     }
 
-    fn on_close(&mut self, conn: ws::ConnectionId, info: ws::CloseInfo) {
+    fn on_close(conn: ws::ConnectionId, info: ws::CloseInfo) {
         event(conn, &format!("close:{}:{}", info.code, info.clean), || {});
     }
 }
@@ -87,7 +89,10 @@ fn command(conn: ws::ConnectionId, message: &str) {
             for t in ["one", "two", "three"] {
                 text(conn, t);
             }
-            let _ = ws::close(conn, rest.parse().unwrap_or(1000), "bye");
+            // A code the host would refuse closes nothing, as the refused call did.
+            if let Ok(code) = ws::CloseCode::try_from(rest.parse().unwrap_or(1000)) {
+                let _ = ws::close(conn, code, "bye");
+            }
             text(conn, "after close");
         }
         "sub" => {
@@ -115,7 +120,7 @@ fn command(conn: ws::ConnectionId, message: &str) {
         }
         "closeto" => {
             let id: u64 = rest.parse().unwrap_or(0);
-            match ws::close(id, 4001, "closed by another") {
+            match ws::close(id, CLOSED_BY_ANOTHER, "closed by another") {
                 Ok(()) => text(conn, "closed"),
                 Err(e) => text(conn, &format!("error {e:?}")),
             }
@@ -132,7 +137,7 @@ fn command(conn: ws::ConnectionId, message: &str) {
 
 fn router() -> Router {
     Router::new()
-        .get("/log", |req: &Request| {
+        .get("/log", |req| {
             let conn = req.query_param("conn").unwrap_or_default();
             Response::text(
                 kv::get_string(&format!("log/{conn}"))
@@ -141,12 +146,12 @@ fn router() -> Router {
                     .unwrap_or_default(),
             )
         })
-        .get("/proto", |_req: &Request| Outcome::Upgrade {
+        .get("/proto", |_req| Outcome::Upgrade {
             protocol: Some("superchat".to_owned()),
             headers: vec![("X-Probe".to_owned(), b"upgraded".to_vec())],
         })
-        .get("/**", |_req: &Request| Outcome::upgrade())
-        .get("/", |_req: &Request| Outcome::upgrade())
+        .get("/**", |_req| Outcome::upgrade())
+        .get("/", |_req| Outcome::upgrade())
 }
 
 ankh_guest::export_plugin!(router, websocket = Probe);
