@@ -215,7 +215,7 @@ fn help_and_print_config_show_the_real_defaults() {
             None => printed.get(key).cloned(),
         }
     };
-    for setting in SETTINGS {
+    for setting in SETTINGS.iter() {
         let default = (setting.default)();
         if let Flag::Value { long, .. } = setting.flag
             && default != Value::Unset
@@ -294,10 +294,11 @@ fn dev_keeps_the_cache_out_of_the_directory_it_watches() {
     );
 }
 
-// The README is the front door: its configuration block, its command synopsis and its limits
-// table must say what the binary does. Each is compared with the one declaration of settings.
-fn readme() -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+// The operators' guide (`docs/operations.md`) is what an operator reads: its configuration
+// block, its command synopsis and its limits table must say what the binary does. Each is
+// compared with the one declaration of settings.
+fn operations_guide() -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operations.md");
     std::fs::read_to_string(path).unwrap()
 }
 
@@ -311,12 +312,11 @@ fn fenced_block<'a>(text: &'a str, heading: &str, lang: &str) -> &'a str {
 }
 
 #[test]
-fn the_readme_shows_the_real_defaults_and_every_flag() {
+fn the_operations_guide_shows_the_real_defaults_and_every_flag() {
     use ankh::config::SETTINGS;
-    use ankh::settings::Flag;
-    let readme = readme();
+    let guide = operations_guide();
     let documented: toml::Table =
-        toml::from_str(fenced_block(&readme, "## Configuration", "toml")).unwrap();
+        toml::from_str(fenced_block(&guide, "## Configuration", "toml")).unwrap();
     let dir = TempDir::new(line!().to_string().as_str());
     let out = ankh(&[
         "serve",
@@ -328,8 +328,20 @@ fn the_readme_shows_the_real_defaults_and_every_flag() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let mut printed: toml::Table = toml::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
-    // The cache directory's default depends on $HOME; the README says where it goes instead.
+    // The cache directory's default depends on $HOME; the guide says where it goes instead.
     printed.remove("cache_dir");
+    // Workers and event loops follow the machine's cores: the guide shows a two-core machine,
+    // and its two figures must agree with each other.
+    for key in ["workers", "io_threads"] {
+        assert!(printed.remove(key).is_some(), "{key} is printed");
+    }
+    let count = |key: &str| documented.get(key).and_then(toml::Value::as_integer);
+    assert_eq!(
+        count("workers"),
+        count("io_threads").map(|cores| cores * ankh::limits::WORKERS_PER_CORE as i64),
+        "the guide's workers are {} per core of its io_threads",
+        ankh::limits::WORKERS_PER_CORE
+    );
     for (key, value) in &printed {
         match value.as_table() {
             Some(section) => {
@@ -337,29 +349,127 @@ fn the_readme_shows_the_real_defaults_and_every_flag() {
                     assert_eq!(
                         documented.get(key).and_then(|s| s.get(name)),
                         Some(value),
-                        "README's configuration block: {key}.{name}"
+                        "docs/operations.md's configuration block: {key}.{name}"
                     );
                 }
             }
             None => assert_eq!(
                 documented.get(key),
                 Some(value),
-                "README's configuration block: {key}"
+                "docs/operations.md's configuration block: {key}"
             ),
         }
     }
-    let synopsis = fenced_block(&readme, "## Command line", "");
-    for setting in SETTINGS {
-        let long = match setting.flag {
-            Flag::None => continue,
-            Flag::Value { long, .. }
-            | Flag::Off(long)
-            | Flag::On(long)
-            | Flag::OptionalValue { long, .. } => long,
+    let synopsis = fenced_block(&guide, "## Command line", "");
+    for setting in SETTINGS.iter() {
+        let Some(long) = setting.long() else {
+            continue;
         };
         assert!(
             synopsis.contains(&format!("[--{long}")),
-            "--{long} is missing from the README's command synopsis"
+            "--{long} is missing from docs/operations.md's command synopsis"
+        );
+    }
+}
+
+/// A default as the limits table writes it (`8 KiB`, `64 MiB`, `30 s`, `10,000`), in the
+/// setting's own unit.
+fn table_number(text: &str, unit: ankh::settings::Unit) -> Option<u64> {
+    use ankh::settings::Unit;
+    let text = text.trim();
+    let digits: String = text
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ',')
+        .filter(char::is_ascii_digit)
+        .collect();
+    let n: u64 = digits.parse().ok()?;
+    let suffix = text[text
+        .find(|c: char| !(c.is_ascii_digit() || c == ','))
+        .unwrap_or(text.len())..]
+        .trim()
+        .split_whitespace()
+        .next()
+        .unwrap_or("");
+    Some(match (unit, suffix) {
+        (Unit::Bytes, "KiB") => n << 10,
+        (Unit::Bytes, "MiB") => n << 20,
+        (Unit::Mib, "MiB") => n,
+        (Unit::Millis, "s") => n * 1000,
+        (Unit::Millis, "ms") => n,
+        (Unit::Count | Unit::Bytes, "") => n,
+        _ => return None,
+    })
+}
+
+#[test]
+fn the_limits_table_shows_every_limit_with_its_real_default() {
+    use ankh::config::SETTINGS;
+    use ankh::settings::{Kind, Value};
+    let guide = operations_guide();
+    let section = &guide[guide.find("## Limits and defaults").unwrap()..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    let mut checked = std::collections::BTreeSet::new();
+    for row in section.lines().filter(|l| l.starts_with("| ")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let (default, flag) = (cells[2], cells[3]);
+        let Some(pattern) = flag.strip_prefix("`--").and_then(|f| f.strip_suffix('`')) else {
+            continue;
+        };
+        // One flag, or a family written with `*` whose defaults are listed in its order.
+        let (prefix, suffix) = pattern.split_once('*').unwrap_or((pattern, ""));
+        let family: Vec<_> = SETTINGS
+            .iter()
+            .filter(|s| {
+                s.long().is_some_and(|long| {
+                    if pattern.contains('*') {
+                        long.starts_with(prefix) && long.ends_with(suffix)
+                    } else {
+                        long == pattern
+                    }
+                })
+            })
+            .collect();
+        assert!(
+            !family.is_empty(),
+            "the limits table names {flag}, which is no flag"
+        );
+        let defaults: Vec<&str> = default.split(" / ").collect();
+        if default.contains("CPU cores") {
+            // Follows the machine: only the per-core figure can be compared.
+            assert!(
+                default.starts_with(&format!("{} ×", ankh::limits::WORKERS_PER_CORE))
+                    || default.starts_with("1 ×"),
+                "{row}"
+            );
+            checked.extend(family.iter().map(|s| s.key));
+            continue;
+        }
+        assert_eq!(defaults.len(), family.len(), "{row}");
+        for (setting, text) in family.iter().zip(defaults) {
+            let Kind::Number { unit, .. } = setting.kind else {
+                panic!("{row}: {} is not a number", setting.key);
+            };
+            let Value::Number(real) = (setting.default)() else {
+                panic!("{} has no default", setting.key);
+            };
+            assert_eq!(
+                table_number(text, unit),
+                Some(real),
+                "docs/operations.md's limits table: {} says {text:?}",
+                setting.key
+            );
+            checked.insert(setting.key);
+        }
+    }
+    for setting in SETTINGS.iter() {
+        let bounded = ["limits.", "timeouts.", "outbound."]
+            .iter()
+            .any(|p| setting.key.starts_with(p));
+        assert!(
+            !bounded || checked.contains(setting.key),
+            "{} (--{}) is missing from docs/operations.md's limits table",
+            setting.key,
+            setting.long().unwrap_or("")
         );
     }
 }
