@@ -142,23 +142,16 @@ fn gzip(c: &mut Criterion) {
 }
 
 fn runtime(pooling: bool) -> Arc<Runtime> {
-    Runtime::new(RuntimeConfig {
-        workers: 4,
+    let limits = Limits {
         max_calls: 64,
-        memory_bytes: Limits::default().guest_memory_bytes,
-        cpu_deadline: Duration::from_secs(2),
-        handler_timeout: Limits::default().handler_timeout,
-        kv_max_bytes: Limits::default().kv_max_bytes,
-        ws_max_message_bytes: Limits::default().ws_max_message_bytes,
-        max_body_bytes: Limits::default().max_body_bytes,
-        ws_compression: true,
-        max_response_bytes: Limits::default().max_response_bytes,
-        outbound: Default::default(),
+        ..Limits::default()
+    };
+    let config = RuntimeConfig {
         pooling,
         cache_dir: Some(benches::root().join("target/bench-cache")),
-        store: ankh::kv::Store::memory(),
-    })
-    .unwrap()
+        ..RuntimeConfig::new(limits, ankh::kv::Store::memory())
+    };
+    Runtime::new(config, Default::default()).unwrap()
 }
 
 /// What the worker does with a response: hand it to the reply queue.

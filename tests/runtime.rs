@@ -47,24 +47,17 @@ impl WsOut for NoSockets {
 }
 
 fn runtime(cpu_deadline: Duration) -> Arc<Runtime> {
-    let limits = Limits::default();
-    Runtime::new(RuntimeConfig {
-        workers: 1,
+    let limits = Limits {
         max_calls: 64,
-        memory_bytes: limits.guest_memory_bytes,
-        cpu_deadline,
-        handler_timeout: limits.handler_timeout,
-        kv_max_bytes: limits.kv_max_bytes,
-        ws_max_message_bytes: limits.ws_max_message_bytes,
-        max_body_bytes: limits.max_body_bytes,
-        ws_compression: limits.ws_compression,
-        max_response_bytes: limits.max_response_bytes,
-        outbound: Default::default(),
+        guest_cpu_deadline: cpu_deadline,
+        ..Limits::default()
+    };
+    let config = RuntimeConfig {
         pooling: false,
         cache_dir: Some(test_cache_dir()),
-        store: ankh::kv::Store::memory(),
-    })
-    .unwrap()
+        ..RuntimeConfig::new(limits, ankh::kv::Store::memory())
+    };
+    Runtime::new(config, Default::default()).unwrap()
 }
 
 /// `GET path` for the plugin mounted at `mount`, parsed as the I/O thread parses it.

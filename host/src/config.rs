@@ -10,8 +10,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::limits::{self, Limits, WORKERS_PER_CORE};
-use crate::settings::{self, Flag, Flags, Kind, Origin, Setting, SettingsError, Unit, Value};
+use std::sync::LazyLock;
+
+pub use crate::kv::KvBackend;
+use crate::limits::{self, HasLimits, Limits, WORKERS_PER_CORE};
+use crate::settings::{
+    self, Flag, Flags, Kind, Origin, Override, Setting, SettingsError, Unit, Value, parse_into, set,
+};
 
 /// The file read when `--config` is not given, if it exists in the working directory.
 pub const DEFAULT_CONFIG_FILE: &str = "ankh.toml";
@@ -32,17 +37,6 @@ pub const DEFAULT_PLUGINS_DIR: &str = "plugins";
 /// directory without one.
 pub const DEFAULT_DATA_DIR: &str = "data";
 
-/// Where plugins' key-value data lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KvBackend {
-    /// A crash-safe database in the data directory.
-    File,
-    /// In memory: lost when the server stops.
-    Memory,
-    /// A Redis server (`redis://...`, `rediss://...`) that several processes share.
-    Redis(String),
-}
-
 /// Whether WebSocket topics and connections span processes, and through which Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pubsub {
@@ -52,6 +46,33 @@ pub enum Pubsub {
     Off,
     /// Through this Redis server.
     Redis(String),
+}
+
+impl std::str::FromStr for Pubsub {
+    type Err = String;
+
+    /// `auto`, `off` or a Redis URL.
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "auto" => Ok(Pubsub::Auto),
+            "off" => Ok(Pubsub::Off),
+            url if url.contains("://") => {
+                crate::kv::redis::check_url(url)?;
+                Ok(Pubsub::Redis(url.to_owned()))
+            }
+            _ => Err("expected `auto`, `off` or a redis:// URL".to_owned()),
+        }
+    }
+}
+
+impl std::fmt::Display for Pubsub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pubsub::Auto => f.write_str("auto"),
+            Pubsub::Off => f.write_str("off"),
+            Pubsub::Redis(url) => f.write_str(url),
+        }
+    }
 }
 
 /// Everything `ankh serve` needs to start.
@@ -103,29 +124,41 @@ pub struct LogConfig {
     pub level: String,
 }
 
-impl Default for ServeConfig {
-    fn default() -> Self {
+impl HasLimits for ServeConfig {
+    fn limits(&self) -> &Limits {
+        &self.limits
+    }
+    fn limits_mut(&mut self) -> &mut Limits {
+        &mut self.limits
+    }
+}
+
+impl ServeConfig {
+    /// A configuration before its settings land: every field is given its value by its
+    /// setting (the declared default, then the file, then the flags) in [`ServeConfig::resolve`],
+    /// so none of these values is ever seen.
+    fn unset() -> ServeConfig {
         ServeConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            plugins_dir: PathBuf::from(DEFAULT_PLUGINS_DIR),
-            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
-            kv: KvBackend::File,
-            pubsub: Pubsub::Auto,
+            listen: SocketAddr::from(([0, 0, 0, 0], 0)),
+            plugins_dir: PathBuf::new(),
+            data_dir: PathBuf::new(),
+            kv: KvBackend::Memory,
+            pubsub: Pubsub::Off,
             reuse_port: false,
-            processes: 1,
-            workers: 1,
-            io_threads: 1,
+            processes: 0,
+            workers: 0,
+            io_threads: 0,
             limits: Limits::default(),
-            pooling: true,
-            watch: true,
-            cache: true,
+            pooling: false,
+            watch: false,
+            cache: false,
             cache_dir: None,
             admin: None,
             ready_file: None,
             log: LogConfig {
                 json: false,
-                access_log: true,
-                level: DEFAULT_LOG_LEVEL.to_owned(),
+                access_log: false,
+                level: String::new(),
             },
             source: None,
         }
@@ -146,25 +179,34 @@ pub enum ConfigError {
     Setting(#[from] SettingsError),
 }
 
-/// A number setting whose value lands in the configuration through `$field`, in `$unit`.
-macro_rules! number {
+/// A number limit: `$field` of [`Limits`], given in `$unit`, which a policy may override as
+/// `$policy` says. Expands inside [`limit_settings`], whose configuration type is `C`.
+macro_rules! limit {
     ($key:literal, $flag:literal, $unit:ident, $min:expr, $max:expr, $default:expr, $doc:literal,
-     |$c:ident| $field:expr) => {
-        Setting {
-            key: $key,
-            flag: Flag::Value {
-                long: $flag,
-                short: None,
+     $policy:expr, $field:ident) => {
+        LimitSetting {
+            policy: $policy,
+            setting: Setting {
+                key: $key,
+                flag: Flag::Value {
+                    long: $flag,
+                    short: None,
+                },
+                kind: Kind::Number {
+                    unit: Unit::$unit,
+                    min: $min,
+                    max: $max,
+                },
+                doc: $doc,
+                default: || Value::Number(to_number(&$default, Unit::$unit)),
+                apply: |c: &mut C, v| {
+                    set(
+                        &mut c.limits_mut().$field,
+                        from_number(v.number(), Unit::$unit),
+                    )
+                },
+                read: |c: &C| Value::Number(to_number(&c.limits().$field, Unit::$unit)),
             },
-            kind: Kind::Number {
-                unit: Unit::$unit,
-                min: $min,
-                max: $max,
-            },
-            doc: $doc,
-            default: || Value::Number(to_number(&$default, Unit::$unit)),
-            apply: |$c: &mut ServeConfig, v| $field = from_number(v.number(), Unit::$unit),
-            read: |$c: &ServeConfig| Value::Number(to_number(&$field, Unit::$unit)),
         }
     };
 }
@@ -251,8 +293,18 @@ fn address(text: &'static str) -> Value {
     settings::resolve(text).map_or(Value::Unset, Value::Address)
 }
 
-/// Every setting of `ankh serve`, in the order `--help` and `--print-config` show them.
-pub static SETTINGS: &[Setting<ServeConfig>] = &[
+/// Every setting of `ankh serve`, in the order `--help` and `--print-config` show them: the
+/// server's own, then its limits.
+pub static SETTINGS: LazyLock<Vec<Setting<ServeConfig>>> = LazyLock::new(|| {
+    SERVER
+        .iter()
+        .cloned()
+        .chain(limit_settings().into_iter().map(|l| l.setting))
+        .collect()
+});
+
+/// The settings of the server alone (not its [limits](limit_settings)).
+static SERVER: &[Setting<ServeConfig>] = &[
     Setting {
         key: "listen",
         flag: Flag::Value {
@@ -266,6 +318,7 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
             if let Some(a) = v.address() {
                 c.listen = a;
             }
+            Ok(())
         },
         read: |c| Value::Address(c.listen),
     },
@@ -278,7 +331,7 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         kind: Kind::Path,
         doc: "Directory of plugins: each NAME.wasm directly inside is served at /NAME, and index.wasm serves every path no other plugin matches. In the file, relative to the file",
         default: || Value::Path(PathBuf::from(DEFAULT_PLUGINS_DIR)),
-        apply: |c, v| c.plugins_dir = v.path().unwrap_or_default(),
+        apply: |c, v| set(&mut c.plugins_dir, v.path().unwrap_or_default()),
         read: |c| Value::Path(c.plugins_dir.clone()),
     },
     Setting {
@@ -290,7 +343,7 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         kind: Kind::Path,
         doc: "Directory of durable state: plugins' key-value data (kv.redb). Created if missing; one ankh process at a time. By default `data` next to the config file (or in the working directory without one); in the file, relative to the file",
         default: || Value::Path(PathBuf::from(DEFAULT_DATA_DIR)),
-        apply: |c, v| c.data_dir = v.path().unwrap_or_default(),
+        apply: |c, v| set(&mut c.data_dir, v.path().unwrap_or_default()),
         read: |c| Value::Path(c.data_dir.clone()),
     },
     Setting {
@@ -299,23 +352,11 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
             long: "kv",
             short: None,
         },
-        kind: Kind::Text { check: check_kv },
+        kind: Kind::Text,
         doc: "Where plugins' key-value data lives: `file` (a crash-safe database in the data directory; a write a plugin saw succeed is on disk), `memory` (lost when the server stops: for tests and throwaway runs), or `redis://[:PASSWORD@]HOST:PORT[/DB]` (`rediss://` for TLS): a Redis server that several ankh processes share",
-        default: || Value::Text("file".to_owned()),
-        apply: |c, v| {
-            c.kv = match v.text().as_str() {
-                "memory" => KvBackend::Memory,
-                "file" => KvBackend::File,
-                url => KvBackend::Redis(url.to_owned()),
-            }
-        },
-        read: |c| {
-            Value::Text(match &c.kv {
-                KvBackend::File => "file".to_owned(),
-                KvBackend::Memory => "memory".to_owned(),
-                KvBackend::Redis(url) => url.clone(),
-            })
-        },
+        default: || Value::Text(KvBackend::File.to_string()),
+        apply: |c, v| parse_into(&mut c.kv, &v.text()),
+        read: |c| Value::Text(c.kv.to_string()),
     },
     Setting {
         key: "pubsub",
@@ -323,25 +364,11 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
             long: "pubsub",
             short: None,
         },
-        kind: Kind::Text {
-            check: check_pubsub,
-        },
+        kind: Kind::Text,
         doc: "WebSocket topics and connections across processes: `auto` (through the key-value store's Redis when --kv is a redis:// URL, else off), `off`, or a redis:// URL. A publish then reaches every process's subscribers, and ws::send and close reach a connection on any process",
-        default: || Value::Text("auto".to_owned()),
-        apply: |c, v| {
-            c.pubsub = match v.text().as_str() {
-                "auto" => Pubsub::Auto,
-                "off" => Pubsub::Off,
-                url => Pubsub::Redis(url.to_owned()),
-            }
-        },
-        read: |c| {
-            Value::Text(match &c.pubsub {
-                Pubsub::Auto => "auto".to_owned(),
-                Pubsub::Off => "off".to_owned(),
-                Pubsub::Redis(url) => url.clone(),
-            })
-        },
+        default: || Value::Text(Pubsub::Auto.to_string()),
+        apply: |c, v| parse_into(&mut c.pubsub, &v.text()),
+        read: |c| Value::Text(c.pubsub.to_string()),
     },
     Setting {
         key: "reuse_port",
@@ -349,7 +376,7 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         kind: Kind::Switch,
         doc: "Bind the listener with SO_REUSEPORT, so that several ankh processes on this host share the port and the kernel spreads connections over them",
         default: || Value::Bool(false),
-        apply: |c, v| c.reuse_port = v.bool(),
+        apply: |c, v| set(&mut c.reuse_port, v.bool()),
         read: |c| Value::Bool(c.reuse_port),
     },
     Setting {
@@ -365,7 +392,7 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         },
         doc: "Processes to run: more than 1 makes this one a supervisor of that many `ankh serve` processes sharing the port (SO_REUSEPORT), each restarted should it die; they share state through --kv redis://, which this requires",
         default: || Value::Number(1),
-        apply: |c, v| c.processes = usize::from_number(v.number(), Unit::Count),
+        apply: |c, v| set(&mut c.processes, from_number(v.number(), Unit::Count)),
         read: |c| Value::Number(c.processes as u64),
     },
     Setting {
@@ -381,7 +408,7 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         },
         doc: "Worker threads that run handlers (10 per CPU core by default). Handlers may block, so size this for the number of requests you want in flight at once",
         default: || Value::Number(default_workers()),
-        apply: |c, v| c.workers = usize::from_number(v.number(), Unit::Count),
+        apply: |c, v| set(&mut c.workers, from_number(v.number(), Unit::Count)),
         read: |c| Value::Number(c.workers as u64),
     },
     Setting {
@@ -397,7 +424,7 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         },
         doc: "Event loops that own the sockets (one per CPU core by default); a connection stays on one loop for life. 1 is Mummy's single I/O thread",
         default: || Value::Number(cores() as u64),
-        apply: |c, v| c.io_threads = usize::from_number(v.number(), Unit::Count),
+        apply: |c, v| set(&mut c.io_threads, from_number(v.number(), Unit::Count)),
         read: |c| Value::Number(c.io_threads as u64),
     },
     Setting {
@@ -406,7 +433,7 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         kind: Kind::Switch,
         doc: "Allocate instances on demand instead of from wasmtime's pooling allocator",
         default: || Value::Bool(true),
-        apply: |c, v| c.pooling = v.bool(),
+        apply: |c, v| set(&mut c.pooling, v.bool()),
         read: |c| Value::Bool(c.pooling),
     },
     Setting {
@@ -415,7 +442,7 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         kind: Kind::Switch,
         doc: "Do not watch the plugins directory: serve the plugins found at start, and never reload them",
         default: || Value::Bool(true),
-        apply: |c, v| c.watch = v.bool(),
+        apply: |c, v| set(&mut c.watch, v.bool()),
         read: |c| Value::Bool(c.watch),
     },
     Setting {
@@ -424,7 +451,7 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         kind: Kind::Switch,
         doc: "Compile every plugin at load, without the disk cache",
         default: || Value::Bool(true),
-        apply: |c, v| c.cache = v.bool(),
+        apply: |c, v| set(&mut c.cache, v.bool()),
         read: |c| Value::Bool(c.cache),
     },
     Setting {
@@ -436,7 +463,7 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         kind: Kind::Path,
         doc: "Where compiled plugins are cached, keyed by content and engine settings, so a restart with unchanged plugins does not recompile. Must be outside the plugins directory ($XDG_CACHE_HOME/ankh or ~/.cache/ankh by default)",
         default: default_cache_dir,
-        apply: |c, v| c.cache_dir = v.path(),
+        apply: |c, v| set(&mut c.cache_dir, v.path()),
         read: |c| c.cache_dir.clone().map_or(Value::Unset, Value::Path),
     },
     Setting {
@@ -448,7 +475,7 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         kind: Kind::Address,
         doc: "Serve /healthz, /readyz and /metrics (Prometheus text) on this address; keep it on loopback. Without a value: 127.0.0.1:9090. Off unless given",
         default: || Value::Unset,
-        apply: |c, v| c.admin = v.address(),
+        apply: |c, v| set(&mut c.admin, v.address()),
         read: |c| c.admin.map_or(Value::Unset, Value::Address),
     },
     Setting {
@@ -460,267 +487,8 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         kind: Kind::Path,
         doc: "Write the listening address to this file once the server accepts connections (for scripts and orchestration: wait for the file, with a timeout)",
         default: || Value::Unset,
-        apply: |c, v| c.ready_file = v.path(),
+        apply: |c, v| set(&mut c.ready_file, v.path()),
         read: |c| c.ready_file.clone().map_or(Value::Unset, Value::Path),
-    },
-    number!(
-        "limits.max_head_bytes",
-        "max-head-bytes",
-        Bytes,
-        256,
-        1 << 20,
-        limits::MAX_HEAD_BYTES,
-        "Largest request head (request line + headers) in bytes; a larger one gets 431",
-        |c| c.limits.max_head_bytes
-    ),
-    number!(
-        "limits.max_headers",
-        "max-headers",
-        Count,
-        1,
-        10_000,
-        limits::MAX_HEADERS,
-        "Most header fields per request; more get 431",
-        |c| c.limits.max_headers
-    ),
-    number!(
-        "limits.max_target_bytes",
-        "max-target-bytes",
-        Bytes,
-        16,
-        1 << 20,
-        limits::MAX_TARGET_BYTES,
-        "Largest request-target (path and query) in bytes, at most the head limit; a larger one gets 414",
-        |c| c.limits.max_target_bytes
-    ),
-    number!(
-        "limits.max_body_bytes",
-        "max-body-bytes",
-        Bytes,
-        0,
-        1 << 40,
-        limits::MAX_BODY_BYTES,
-        "Largest request body in bytes; a larger one gets 413 before it is read",
-        |c| c.limits.max_body_bytes
-    ),
-    number!(
-        "limits.queue_depth",
-        "queue-depth",
-        Count,
-        1,
-        1 << 20,
-        limits::QUEUE_DEPTH,
-        "Requests that may wait for a free worker; past this, clients get 503 + Retry-After",
-        |c| c.limits.queue_depth
-    ),
-    number!(
-        "limits.max_calls",
-        "max-calls",
-        Count,
-        1,
-        100_000,
-        limits::MAX_CALLS,
-        "Plugin calls in flight at once, running or waiting (a sleep, a socket); each holds an instance and a fiber stack. Past this, requests wait in the queue",
-        |c| c.limits.max_calls
-    ),
-    number!(
-        "limits.cpu_deadline_ms",
-        "cpu-deadline-ms",
-        Millis,
-        1,
-        MAX_CALL_MS,
-        limits::GUEST_CPU_DEADLINE,
-        "CPU time one handler call may use before it is stopped and the client gets 504. Time spent blocked (sleeping, waiting on I/O) does not count",
-        |c| c.limits.guest_cpu_deadline
-    ),
-    number!(
-        "limits.handler_timeout_ms",
-        "handler-timeout-ms",
-        Millis,
-        1,
-        MAX_CALL_MS,
-        limits::HANDLER_TIMEOUT,
-        "Wall-clock time one handler call may take, waiting included; past it the call is stopped, the client gets 504 and the instance is replaced",
-        |c| c.limits.handler_timeout
-    ),
-    number!(
-        "limits.memory_limit_mib",
-        "memory-limit-mib",
-        Mib,
-        1,
-        4096,
-        limits::GUEST_MEMORY_BYTES,
-        "Linear memory one plugin instance may grow to, in MiB; past it the request gets 500",
-        |c| c.limits.guest_memory_bytes
-    ),
-    number!(
-        "limits.kv_max_bytes",
-        "kv-max-bytes",
-        Bytes,
-        0,
-        1 << 40,
-        limits::KV_MAX_BYTES,
-        "Bytes (keys plus values) one plugin's key-value store may hold; past it writes fail with `full`",
-        |c| c.limits.kv_max_bytes
-    ),
-    number!(
-        "limits.max_connections",
-        "max-connections",
-        Count,
-        1,
-        10_000_000,
-        limits::MAX_CONNECTIONS,
-        "Open connections; the next one is accepted and closed at once",
-        |c| c.limits.max_connections
-    ),
-    number!(
-        "limits.max_send_buffer_bytes",
-        "max-send-buffer-bytes",
-        Bytes,
-        1024,
-        1 << 34,
-        limits::MAX_SEND_BUFFER_BYTES,
-        "Unsent bytes a connection may hold before it is closed as not reading",
-        |c| c.limits.max_send_buffer_bytes
-    ),
-    number!(
-        "limits.ws_max_message_bytes",
-        "ws-max-message-bytes",
-        Bytes,
-        125,
-        1 << 30,
-        limits::WS_MAX_MESSAGE_BYTES,
-        "Largest WebSocket message a client or a plugin may send; a client's frame declaring more is refused with Close 1009 before its payload is read",
-        |c| c.limits.ws_max_message_bytes
-    ),
-    number!(
-        "limits.max_response_bytes",
-        "max-response-bytes",
-        Bytes,
-        1,
-        1 << 40,
-        limits::MAX_RESPONSE_BYTES,
-        "Largest response body a wasi:http/proxy plugin may give (it is buffered); past it the client gets 502",
-        |c| c.limits.max_response_bytes
-    ),
-    number!(
-        "outbound.connect_timeout_ms",
-        "outbound-connect-timeout-ms",
-        Millis,
-        1,
-        MAX_MS,
-        limits::OUTBOUND_CONNECT_TIMEOUT,
-        "Outbound HTTP from plugins: how long looking up a name and opening a connection may take",
-        |c| c.limits.outbound_connect_timeout
-    ),
-    number!(
-        "outbound.first_byte_timeout_ms",
-        "outbound-first-byte-timeout-ms",
-        Millis,
-        1,
-        MAX_MS,
-        limits::OUTBOUND_FIRST_BYTE_TIMEOUT,
-        "Outbound HTTP from plugins: how long the response head may take once the request is sent",
-        |c| c.limits.outbound_first_byte_timeout
-    ),
-    number!(
-        "outbound.between_bytes_timeout_ms",
-        "outbound-between-bytes-timeout-ms",
-        Millis,
-        1,
-        MAX_MS,
-        limits::OUTBOUND_BETWEEN_BYTES_TIMEOUT,
-        "Outbound HTTP from plugins: how long a response body may go without a byte",
-        |c| c.limits.outbound_between_bytes_timeout
-    ),
-    number!(
-        "outbound.max_response_bytes",
-        "outbound-max-response-bytes",
-        Bytes,
-        1,
-        1 << 40,
-        limits::OUTBOUND_MAX_RESPONSE_BYTES,
-        "Outbound HTTP from plugins: the largest response body a plugin receives",
-        |c| c.limits.outbound_max_response_bytes
-    ),
-    number!(
-        "timeouts.idle_ms",
-        "idle-timeout-ms",
-        Millis,
-        1,
-        MAX_MS,
-        limits::IDLE_TIMEOUT,
-        "Close a connection with no request in progress after this long",
-        |c| c.limits.idle_timeout
-    ),
-    number!(
-        "timeouts.head_ms",
-        "head-timeout-ms",
-        Millis,
-        1,
-        MAX_MS,
-        limits::HEAD_TIMEOUT,
-        "A request head must be complete this long after its first byte, or the client gets 408",
-        |c| c.limits.head_timeout
-    ),
-    number!(
-        "timeouts.request_ms",
-        "request-timeout-ms",
-        Millis,
-        1,
-        MAX_MS,
-        limits::REQUEST_TIMEOUT,
-        "A whole request (head and body) must arrive this long after its first byte, or the client gets 408",
-        |c| c.limits.request_timeout
-    ),
-    number!(
-        "timeouts.send_ms",
-        "send-timeout-ms",
-        Millis,
-        1,
-        MAX_MS,
-        limits::SEND_TIMEOUT,
-        "Close a connection whose pending output makes no progress for this long",
-        |c| c.limits.send_timeout
-    ),
-    number!(
-        "timeouts.drain_ms",
-        "drain-timeout-ms",
-        Millis,
-        1,
-        MAX_MS,
-        limits::DRAIN_TIMEOUT,
-        "On SIGTERM/SIGINT, how long queued and in-flight requests may take before everything still open is closed",
-        |c| c.limits.drain_timeout
-    ),
-    number!(
-        "timeouts.ws_ping_ms",
-        "ws-ping-interval-ms",
-        Millis,
-        1,
-        MAX_MS,
-        limits::WS_PING_INTERVAL,
-        "Ping a WebSocket that has been silent this long",
-        |c| c.limits.ws_ping_interval
-    ),
-    number!(
-        "timeouts.ws_pong_ms",
-        "ws-pong-timeout-ms",
-        Millis,
-        1,
-        MAX_MS,
-        limits::WS_PONG_TIMEOUT,
-        "Close a pinged WebSocket that sends nothing back for this long",
-        |c| c.limits.ws_pong_timeout
-    ),
-    Setting {
-        key: "ws_compression",
-        flag: Flag::Off("no-ws-compression"),
-        kind: Kind::Switch,
-        doc: "Decline permessage-deflate: WebSocket messages go uncompressed (a plugin's policy can also turn it off for that plugin)",
-        default: || Value::Bool(limits::WS_COMPRESSION),
-        apply: |c, v| c.limits.ws_compression = v.bool(),
-        read: |c| Value::Bool(c.limits.ws_compression),
     },
     Setting {
         key: "log.format",
@@ -731,7 +499,7 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         kind: Kind::Choice(&["text", "json"]),
         doc: "Log format on stderr: `text` (one readable line per event) or `json` (one JSON object per line)",
         default: || Value::Text("text".to_owned()),
-        apply: |c, v| c.log.json = v.text() == "json",
+        apply: |c, v| set(&mut c.log.json, v.text() == "json"),
         read: |c| Value::Text(if c.log.json { "json" } else { "text" }.to_owned()),
     },
     Setting {
@@ -740,7 +508,7 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
         kind: Kind::Switch,
         doc: "Do not write an access-log line per request (target `ankh::access`)",
         default: || Value::Bool(true),
-        apply: |c, v| c.log.access_log = v.bool(),
+        apply: |c, v| set(&mut c.log.access_log, v.bool()),
         read: |c| Value::Bool(c.log.access_log),
     },
     Setting {
@@ -749,32 +517,319 @@ pub static SETTINGS: &[Setting<ServeConfig>] = &[
             long: "log-level",
             short: None,
         },
-        kind: Kind::Text {
-            check: valid_log_filter,
-        },
+        kind: Kind::Text,
         doc: "Log filter, e.g. `info` or `warn,ankh::reload=debug`. RUST_LOG, when set, replaces it",
         default: || Value::Text(DEFAULT_LOG_LEVEL.to_owned()),
-        apply: |c, v| c.log.level = v.text(),
+        apply: |c, v| {
+            let level = v.text();
+            valid_log_filter(&level)?;
+            set(&mut c.log.level, level)
+        },
         read: |c| Value::Text(c.log.level.clone()),
     },
 ];
 
-/// `auto`, `off` or a Redis URL.
-fn check_pubsub(value: &str) -> Result<(), String> {
-    match value {
-        "auto" | "off" => Ok(()),
-        url if url.contains("://") => crate::kv::redis::check_url(url),
-        _ => Err("expected `auto`, `off` or a redis:// URL".to_owned()),
-    }
+/// A server limit, and whether a plugin's policy may give its own value.
+#[derive(Debug)]
+pub struct LimitSetting<C> {
+    pub setting: Setting<C>,
+    pub policy: Override,
 }
 
-/// `file`, `memory` or a Redis URL.
-fn check_kv(value: &str) -> Result<(), String> {
-    match value {
-        "file" | "memory" => Ok(()),
-        url if url.contains("://") => crate::kv::redis::check_url(url),
-        _ => Err("expected `file`, `memory` or a redis:// URL".to_owned()),
-    }
+/// Every limit, for any configuration that holds [`Limits`]: the server's, whose defaults are
+/// the constants of [`crate::limits`], and a plugin policy's, whose defaults are the server's.
+/// The one declaration of each limit: its key, flag, unit, range, default, doc line, and
+/// whether a policy may override it.
+pub fn limit_settings<C: HasLimits>() -> Vec<LimitSetting<C>> {
+    vec![
+        limit!(
+            "limits.max_head_bytes",
+            "max-head-bytes",
+            Bytes,
+            256,
+            1 << 20,
+            limits::MAX_HEAD_BYTES,
+            "Largest request head (request line + headers) in bytes; a larger one gets 431",
+            Override::Never,
+            max_head_bytes
+        ),
+        limit!(
+            "limits.max_headers",
+            "max-headers",
+            Count,
+            1,
+            10_000,
+            limits::MAX_HEADERS,
+            "Most header fields per request; more get 431",
+            Override::Never,
+            max_headers
+        ),
+        limit!(
+            "limits.max_target_bytes",
+            "max-target-bytes",
+            Bytes,
+            16,
+            1 << 20,
+            limits::MAX_TARGET_BYTES,
+            "Largest request-target (path and query) in bytes, at most the head limit; a larger one gets 414",
+            Override::Never,
+            max_target_bytes
+        ),
+        limit!(
+            "limits.max_body_bytes",
+            "max-body-bytes",
+            Bytes,
+            0,
+            1 << 40,
+            limits::MAX_BODY_BYTES,
+            "Largest request body in bytes; a larger one gets 413 before it is read",
+            Override::Lower,
+            max_body_bytes
+        ),
+        limit!(
+            "limits.queue_depth",
+            "queue-depth",
+            Count,
+            1,
+            1 << 20,
+            limits::QUEUE_DEPTH,
+            "Requests that may wait for a free worker; past this, clients get 503 + Retry-After",
+            Override::Never,
+            queue_depth
+        ),
+        limit!(
+            "limits.max_calls",
+            "max-calls",
+            Count,
+            1,
+            100_000,
+            limits::MAX_CALLS,
+            "Plugin calls in flight at once, running or waiting (a sleep, a socket); each holds an instance and a fiber stack. Past this, requests wait in the queue",
+            Override::Never,
+            max_calls
+        ),
+        limit!(
+            "limits.cpu_deadline_ms",
+            "cpu-deadline-ms",
+            Millis,
+            1,
+            MAX_CALL_MS,
+            limits::GUEST_CPU_DEADLINE,
+            "CPU time one handler call may use before it is stopped and the client gets 504. Time spent blocked (sleeping, waiting on I/O) does not count",
+            Override::Any,
+            guest_cpu_deadline
+        ),
+        limit!(
+            "limits.handler_timeout_ms",
+            "handler-timeout-ms",
+            Millis,
+            1,
+            MAX_CALL_MS,
+            limits::HANDLER_TIMEOUT,
+            "Wall-clock time one handler call may take, waiting included; past it the call is stopped, the client gets 504 and the instance is replaced",
+            Override::Any,
+            handler_timeout
+        ),
+        limit!(
+            "limits.memory_limit_mib",
+            "memory-limit-mib",
+            Mib,
+            1,
+            4096,
+            limits::GUEST_MEMORY_BYTES,
+            "Linear memory one plugin instance may grow to, in MiB; past it the request gets 500",
+            Override::Lower,
+            guest_memory_bytes
+        ),
+        limit!(
+            "limits.kv_max_bytes",
+            "kv-max-bytes",
+            Bytes,
+            0,
+            1 << 40,
+            limits::KV_MAX_BYTES,
+            "Bytes (keys plus values) one plugin's key-value store may hold; past it writes fail with `full`",
+            Override::Any,
+            kv_max_bytes
+        ),
+        limit!(
+            "limits.max_connections",
+            "max-connections",
+            Count,
+            1,
+            10_000_000,
+            limits::MAX_CONNECTIONS,
+            "Open connections; the next one is accepted and closed at once",
+            Override::Never,
+            max_connections
+        ),
+        limit!(
+            "limits.max_send_buffer_bytes",
+            "max-send-buffer-bytes",
+            Bytes,
+            1024,
+            1 << 34,
+            limits::MAX_SEND_BUFFER_BYTES,
+            "Unsent bytes a connection may hold before it is closed as not reading",
+            Override::Never,
+            max_send_buffer_bytes
+        ),
+        limit!(
+            "limits.ws_max_message_bytes",
+            "ws-max-message-bytes",
+            Bytes,
+            125,
+            1 << 30,
+            limits::WS_MAX_MESSAGE_BYTES,
+            "Largest WebSocket message a client or a plugin may send; a client's frame declaring more is refused with Close 1009 before its payload is read",
+            Override::Never,
+            ws_max_message_bytes
+        ),
+        limit!(
+            "limits.max_response_bytes",
+            "max-response-bytes",
+            Bytes,
+            1,
+            1 << 40,
+            limits::MAX_RESPONSE_BYTES,
+            "Largest response body a wasi:http/proxy plugin may give (it is buffered); past it the client gets 502",
+            Override::Never,
+            max_response_bytes
+        ),
+        limit!(
+            "outbound.connect_timeout_ms",
+            "outbound-connect-timeout-ms",
+            Millis,
+            1,
+            MAX_MS,
+            limits::OUTBOUND_CONNECT_TIMEOUT,
+            "Outbound HTTP from plugins: how long looking up a name and opening a connection may take",
+            Override::Never,
+            outbound_connect_timeout
+        ),
+        limit!(
+            "outbound.first_byte_timeout_ms",
+            "outbound-first-byte-timeout-ms",
+            Millis,
+            1,
+            MAX_MS,
+            limits::OUTBOUND_FIRST_BYTE_TIMEOUT,
+            "Outbound HTTP from plugins: how long the response head may take once the request is sent",
+            Override::Never,
+            outbound_first_byte_timeout
+        ),
+        limit!(
+            "outbound.between_bytes_timeout_ms",
+            "outbound-between-bytes-timeout-ms",
+            Millis,
+            1,
+            MAX_MS,
+            limits::OUTBOUND_BETWEEN_BYTES_TIMEOUT,
+            "Outbound HTTP from plugins: how long a response body may go without a byte",
+            Override::Never,
+            outbound_between_bytes_timeout
+        ),
+        limit!(
+            "outbound.max_response_bytes",
+            "outbound-max-response-bytes",
+            Bytes,
+            1,
+            1 << 40,
+            limits::OUTBOUND_MAX_RESPONSE_BYTES,
+            "Outbound HTTP from plugins: the largest response body a plugin receives",
+            Override::Never,
+            outbound_max_response_bytes
+        ),
+        limit!(
+            "timeouts.idle_ms",
+            "idle-timeout-ms",
+            Millis,
+            1,
+            MAX_MS,
+            limits::IDLE_TIMEOUT,
+            "Close a connection with no request in progress after this long",
+            Override::Never,
+            idle_timeout
+        ),
+        limit!(
+            "timeouts.head_ms",
+            "head-timeout-ms",
+            Millis,
+            1,
+            MAX_MS,
+            limits::HEAD_TIMEOUT,
+            "A request head must be complete this long after its first byte, or the client gets 408",
+            Override::Never,
+            head_timeout
+        ),
+        limit!(
+            "timeouts.request_ms",
+            "request-timeout-ms",
+            Millis,
+            1,
+            MAX_MS,
+            limits::REQUEST_TIMEOUT,
+            "A whole request (head and body) must arrive this long after its first byte, or the client gets 408",
+            Override::Never,
+            request_timeout
+        ),
+        limit!(
+            "timeouts.send_ms",
+            "send-timeout-ms",
+            Millis,
+            1,
+            MAX_MS,
+            limits::SEND_TIMEOUT,
+            "Close a connection whose pending output makes no progress for this long",
+            Override::Never,
+            send_timeout
+        ),
+        limit!(
+            "timeouts.drain_ms",
+            "drain-timeout-ms",
+            Millis,
+            1,
+            MAX_MS,
+            limits::DRAIN_TIMEOUT,
+            "On SIGTERM/SIGINT, how long queued and in-flight requests may take before everything still open is closed",
+            Override::Never,
+            drain_timeout
+        ),
+        limit!(
+            "timeouts.ws_ping_ms",
+            "ws-ping-interval-ms",
+            Millis,
+            1,
+            MAX_MS,
+            limits::WS_PING_INTERVAL,
+            "Ping a WebSocket that has been silent this long",
+            Override::Never,
+            ws_ping_interval
+        ),
+        limit!(
+            "timeouts.ws_pong_ms",
+            "ws-pong-timeout-ms",
+            Millis,
+            1,
+            MAX_MS,
+            limits::WS_PONG_TIMEOUT,
+            "Close a pinged WebSocket that sends nothing back for this long",
+            Override::Never,
+            ws_pong_timeout
+        ),
+        LimitSetting {
+            policy: Override::Any,
+            setting: Setting {
+                key: "ws_compression",
+                flag: Flag::Off("no-ws-compression"),
+                kind: Kind::Switch,
+                doc: "Decline permessage-deflate: WebSocket messages go uncompressed (a plugin's policy can also turn it off for that plugin)",
+                default: || Value::Bool(limits::WS_COMPRESSION),
+                apply: |c: &mut C, v| set(&mut c.limits_mut().ws_compression, v.bool()),
+                read: |c: &C| Value::Bool(c.limits().ws_compression),
+            },
+        },
+    ]
 }
 
 /// Whether `path` is `dir` or below it, comparing absolute paths.
@@ -802,12 +857,12 @@ impl ServeConfig {
     /// checks what no single setting can: settings that depend on each other.
     pub fn resolve(file: Option<(&Path, &str)>, flags: &Flags) -> Result<ServeConfig, ConfigError> {
         let from_file = match file {
-            Some((path, text)) => settings::load_file(SETTINGS, path, text)?,
+            Some((path, text)) => settings::load_file(&SETTINGS, path, text)?,
             None => Vec::new(),
         };
-        let from_flags = flags.parse(SETTINGS)?;
-        let mut config = ServeConfig::default();
-        let origins = settings::layer(SETTINGS, &mut config, &[from_file, from_flags]);
+        let from_flags = flags.parse(&SETTINGS)?;
+        let mut config = ServeConfig::unset();
+        let origins = settings::layer(&SETTINGS, &mut config, &[from_file, from_flags])?;
         config.source = file.map(|(path, _)| path.to_owned());
         config.finish(&origins)?;
         Ok(config)
@@ -889,18 +944,9 @@ impl ServeConfig {
         }
     }
 
-    /// The key-value store these settings ask for.
-    pub fn store(&self) -> crate::kv::StoreConfig {
-        match &self.kv {
-            KvBackend::File => crate::kv::StoreConfig::File(self.data_dir.clone()),
-            KvBackend::Memory => crate::kv::StoreConfig::Memory,
-            KvBackend::Redis(url) => crate::kv::StoreConfig::Redis(url.clone()),
-        }
-    }
-
     /// The effective configuration in the config file's own format.
     pub fn to_toml(&self) -> String {
-        settings::to_toml(SETTINGS, self)
+        settings::to_toml(&SETTINGS, self)
     }
 }
 

@@ -182,7 +182,7 @@ impl crate::net::http::Router for Dispatcher {
         let mount = self.registry.route(path);
         let max_body = mount
             .as_ref()
-            .map_or(u64::MAX, |m| m.plugin.policy.max_body_bytes);
+            .map(|m| m.plugin.policy.limits.max_body_bytes);
         crate::net::http::Route { mount, max_body }
     }
 }

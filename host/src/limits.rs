@@ -288,6 +288,14 @@ pub const WS_MAX_TOPIC_BYTES: usize = 256;
 /// Most topics one connection may subscribe to.
 pub const WS_MAX_TOPICS_PER_CONNECTION: usize = 64;
 
+/// A configuration that holds a set of [`Limits`]: the server's, or a plugin policy's (which
+/// starts from the server's). Lets one declaration of each limit (`config::limit_settings`)
+/// read and write both.
+pub trait HasLimits {
+    fn limits(&self) -> &Limits;
+    fn limits_mut(&mut self) -> &mut Limits;
+}
+
 /// The limits in force, with the constants above as defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {

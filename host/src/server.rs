@@ -9,6 +9,7 @@ use crate::config::ServeConfig;
 use crate::dispatch::Dispatcher;
 use crate::hub::Hub;
 use crate::loader::Loads;
+use crate::metrics::Metrics;
 use crate::net::event_loop::{Ended, EventLoop, Shared, StopHandle};
 use crate::net::shards;
 use crate::pool::WorkerPool;
@@ -72,23 +73,18 @@ impl Server {
 
         // Before anything listens: a store that cannot be opened (locked by another ankh,
         // corrupt, an uncreatable directory) stops the start with its one-line reason.
-        let store = crate::kv::Store::open(&config.store())?;
-        let runtime = Runtime::new(RuntimeConfig {
-            workers: config.workers,
-            max_calls: config.limits.max_calls,
-            memory_bytes: config.limits.guest_memory_bytes,
-            cpu_deadline: config.limits.guest_cpu_deadline,
-            handler_timeout: config.limits.handler_timeout,
-            kv_max_bytes: config.limits.kv_max_bytes,
-            ws_max_message_bytes: config.limits.ws_max_message_bytes,
-            max_body_bytes: config.limits.max_body_bytes,
-            ws_compression: config.limits.ws_compression,
-            max_response_bytes: config.limits.max_response_bytes,
-            outbound: crate::runtime::outbound::OutboundConfig::from_limits(&config.limits),
-            pooling: config.pooling,
-            cache_dir: config.cache_dir.clone(),
-            store,
-        })
+        let store = crate::kv::Store::open(&config.kv, &config.data_dir)?;
+        let metrics = Arc::new(Metrics::default());
+        metrics.attach_kv(store.stats());
+        let runtime = Runtime::new(
+            RuntimeConfig {
+                limits: config.limits.clone(),
+                pooling: config.pooling,
+                cache_dir: config.cache_dir.clone(),
+                store: store.clone(),
+            },
+            metrics.clone(),
+        )
         .context("cannot set up the wasm runtime")?;
         let registry = Arc::new(Registry::default());
         crate::runtime::instances::start_trimming(
@@ -145,7 +141,7 @@ impl Server {
             replies.clone(),
             hub.clone(),
             cluster.clone(),
-            runtime.metrics.clone(),
+            metrics.clone(),
         )
         .context("cannot start worker threads")?;
         let dispatcher = Dispatcher::new(registry.clone(), pool, hub.node());
@@ -159,16 +155,16 @@ impl Server {
             &Shared {
                 limits: config.limits.clone(),
                 hub: hub.clone(),
-                metrics: runtime.metrics.clone(),
+                metrics: metrics.clone(),
             },
         )?;
         let admin_addr = match config.admin {
             Some(addr) => Some(crate::admin::start(
                 addr,
                 crate::admin::AdminState {
-                    store: runtime.config.store.clone(),
+                    store,
                     cluster: cluster.clone(),
-                    metrics: runtime.metrics.clone(),
+                    metrics: metrics.clone(),
                     hub,
                     registry: registry.clone(),
                     stop: stop.clone(),

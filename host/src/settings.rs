@@ -142,20 +142,16 @@ pub enum Kind {
     Number { unit: Unit, min: u64, max: u64 },
     /// On or off.
     Switch,
-    /// Free text, checked by `check`.
-    Text {
-        check: fn(&str) -> Result<(), String>,
-    },
+    /// Free text, parsed where it lands (the setting's `apply`).
+    Text,
     /// One of these words.
     Choice(&'static [&'static str]),
     /// A path; from a file, relative to the file's directory.
     Path,
     /// `IP:PORT`, or `NAME:PORT` resolved.
     Address,
-    /// A list of strings, each checked by `check`.
-    List {
-        check: fn(&str) -> Result<(), String>,
-    },
+    /// A list of strings, parsed where they land (the setting's `apply`).
+    List,
     /// A list of tables with these string keys, which must all be given but the optional
     /// ones.
     Tables {
@@ -195,10 +191,25 @@ pub struct Setting<C> {
     pub doc: &'static str,
     /// The value when neither the file nor a flag gives one.
     pub default: fn() -> Value,
-    /// Puts a value into the configuration.
-    pub apply: fn(&mut C, Value),
+    /// Puts a value into the configuration, parsing it if it is text: this is the one place
+    /// a value is parsed, so an error says why the text does not fit.
+    pub apply: fn(&mut C, Value) -> Result<(), String>,
     /// Reads it back, for `--print-config`.
     pub read: fn(&C) -> Value,
+}
+
+impl<C> Clone for Setting<C> {
+    fn clone(&self) -> Self {
+        Setting {
+            key: self.key,
+            flag: self.flag,
+            kind: self.kind,
+            doc: self.doc,
+            default: self.default,
+            apply: self.apply,
+            read: self.read,
+        }
+    }
 }
 
 impl<C> std::fmt::Debug for Setting<C> {
@@ -252,7 +263,7 @@ impl<C> Setting<C> {
                 "false" => Ok(Value::Bool(false)),
                 _ => Err(format!("must be true or false, got {text:?}")),
             },
-            Kind::Text { check } => check(text).map(|()| Value::Text(text.to_owned())),
+            Kind::Text => Ok(Value::Text(text.to_owned())),
             Kind::Choice(words) => {
                 if words.contains(&text) {
                     Ok(Value::Text(text.to_owned()))
@@ -266,10 +277,7 @@ impl<C> Setting<C> {
                     "invalid address {text:?}: expected IP:PORT or HOST:PORT, e.g. 127.0.0.1:8080 ({why})"
                 )
             }),
-            Kind::List { check } => {
-                check(text)?;
-                Ok(Value::List(vec![text.to_owned()]))
-            }
+            Kind::List => Ok(Value::List(vec![text.to_owned()])),
             Kind::Tables { .. } => Err("cannot be given as a flag".to_owned()),
         }
     }
@@ -305,7 +313,7 @@ impl<C> Setting<C> {
                     path
                 }))
             }
-            Kind::List { check } => {
+            Kind::List => {
                 let items = found.as_array().ok_or_else(wrong)?;
                 let mut out = Vec::with_capacity(items.len());
                 for item in items {
@@ -315,7 +323,6 @@ impl<C> Setting<C> {
                             item.get_ref().type_str()
                         )
                     })?;
-                    check(text)?;
                     out.push(text.to_owned());
                 }
                 Ok(Value::List(out))
@@ -358,7 +365,7 @@ impl<C> Setting<C> {
                 }
                 Ok(Value::Tables(out))
             }
-            Kind::Text { .. } | Kind::Choice(_) | Kind::Address => {
+            Kind::Text | Kind::Choice(_) | Kind::Address => {
                 let text = found.as_str().ok_or_else(wrong)?;
                 self.parse_text(text)
             }
@@ -371,8 +378,8 @@ impl Kind {
         match self {
             Kind::Number { .. } => "a whole number",
             Kind::Switch => "true or false",
-            Kind::Text { .. } | Kind::Choice(_) | Kind::Path | Kind::Address => "a string",
-            Kind::List { .. } => "a list of strings",
+            Kind::Text | Kind::Choice(_) | Kind::Path | Kind::Address => "a string",
+            Kind::List => "a list of strings",
             Kind::Tables { .. } => "a list of tables",
         }
     }
@@ -652,9 +659,7 @@ impl<C> Setting<C> {
             Kind::Number { unit, .. } => unit.placeholder(),
             Kind::Path => "PATH",
             Kind::Address => "ADDR",
-            Kind::Choice(_) | Kind::Text { .. } | Kind::List { .. } | Kind::Tables { .. } => {
-                "VALUE"
-            }
+            Kind::Choice(_) | Kind::Text | Kind::List | Kind::Tables { .. } => "VALUE",
             Kind::Switch => "BOOL",
         }
     }
@@ -662,24 +667,56 @@ impl<C> Setting<C> {
 
 /// Builds a configuration: the defaults of `settings`, then each layer of values in turn
 /// (the file, then the flags), applied into `config`. Returns where each key's value came
-/// from, for errors found later.
+/// from, for errors found later; a value its setting cannot take is refused with its place.
 pub fn layer<C>(
     settings: &[Setting<C>],
     config: &mut C,
     layers: &[Given],
-) -> BTreeMap<&'static str, Origin> {
+) -> Result<BTreeMap<&'static str, Origin>, SettingsError> {
     let mut origins = BTreeMap::new();
     for setting in settings {
-        (setting.apply)(config, (setting.default)());
+        (setting.apply)(config, (setting.default)()).map_err(|message| SettingsError::Value {
+            place: format!("the default of {}", setting.key),
+            message,
+        })?;
         origins.insert(setting.key, Origin::Default);
     }
     for layer in layers {
         for (key, value, origin) in layer {
             if let Some(setting) = settings.iter().find(|s| s.key == *key) {
-                (setting.apply)(config, value.clone());
+                (setting.apply)(config, value.clone()).map_err(|message| SettingsError::Value {
+                    place: origin.describe(setting.key),
+                    message,
+                })?;
                 origins.insert(setting.key, origin.clone());
             }
         }
     }
-    origins
+    Ok(origins)
+}
+
+/// Sets `slot` to `value`: the `apply` of a setting whose value needs no parsing.
+pub fn set<T>(slot: &mut T, value: T) -> Result<(), String> {
+    *slot = value;
+    Ok(())
+}
+
+/// Parses `text` into `slot`: the `apply` of a setting whose text is a typed value.
+pub fn parse_into<T: std::str::FromStr<Err = String>>(
+    slot: &mut T,
+    text: &str,
+) -> Result<(), String> {
+    *slot = text.parse()?;
+    Ok(())
+}
+
+/// Whether a plugin's policy may give its own value for a server setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Override {
+    /// The server's value holds for every plugin.
+    Never,
+    /// A policy may lower it (a smaller number), never raise it past the server's.
+    Lower,
+    /// A policy may set any value within the setting's range.
+    Any,
 }

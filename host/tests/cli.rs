@@ -386,7 +386,6 @@ fn table_number(text: &str, unit: ankh::settings::Unit) -> Option<u64> {
     let suffix = text[text
         .find(|c: char| !(c.is_ascii_digit() || c == ','))
         .unwrap_or(text.len())..]
-        .trim()
         .split_whitespace()
         .next()
         .unwrap_or("");

@@ -25,23 +25,16 @@ pub(crate) struct Report {
 
 /// Checks `path` under `config`'s limits.
 pub(crate) fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report> {
-    let runtime = Runtime::new(RuntimeConfig {
-        workers: 1,
-        max_calls: 16,
-        memory_bytes: config.limits.guest_memory_bytes,
-        cpu_deadline: config.limits.guest_cpu_deadline,
-        handler_timeout: config.limits.handler_timeout,
-        kv_max_bytes: config.limits.kv_max_bytes,
-        ws_max_message_bytes: config.limits.ws_max_message_bytes,
-        max_body_bytes: config.limits.max_body_bytes,
-        ws_compression: config.limits.ws_compression,
-        max_response_bytes: config.limits.max_response_bytes,
-        outbound: ankh::runtime::outbound::OutboundConfig::from_limits(&config.limits),
-        pooling: false,
-        cache_dir: config.cache_dir.clone(),
-        // Checking runs start code only: it must not touch (or lock) the server's data.
-        store: ankh::kv::Store::memory(),
-    })
+    let runtime = Runtime::new(
+        RuntimeConfig {
+            limits: config.limits.clone(),
+            pooling: false,
+            cache_dir: config.cache_dir.clone(),
+            // Checking runs start code only: it must not touch (or lock) the server's data.
+            store: ankh::kv::Store::memory(),
+        },
+        Default::default(),
+    )
     .context("cannot set up the wasm runtime")?;
     let mut text = String::new();
     let name = plugin_name(path);
@@ -152,28 +145,32 @@ fn describe(policy: &Policy, text: &mut String) {
     let _ = writeln!(
         text,
         "  cpu deadline:  {} ms per call",
-        policy.cpu_deadline.as_millis()
+        policy.limits.guest_cpu_deadline.as_millis()
     );
     let _ = writeln!(
         text,
         "  time limit:    {} ms per call, waits included",
-        policy.handler_timeout.as_millis()
+        policy.limits.handler_timeout.as_millis()
     );
     let _ = writeln!(
         text,
         "  memory cap:    {} MiB per instance",
-        policy.memory_bytes >> 20
+        policy.limits.guest_memory_bytes >> 20
     );
-    let _ = writeln!(text, "  max body:      {} bytes", policy.max_body_bytes);
+    let _ = writeln!(
+        text,
+        "  max body:      {} bytes",
+        policy.limits.max_body_bytes
+    );
     let _ = writeln!(
         text,
         "  key-value:     {} bytes at most",
-        policy.kv_max_bytes
+        policy.limits.kv_max_bytes
     );
     let _ = writeln!(
         text,
         "  websockets:    {}",
-        if policy.ws_compression {
+        if policy.limits.ws_compression {
             "permessage-deflate when the client offers it"
         } else {
             "uncompressed (ws_compression = false)"

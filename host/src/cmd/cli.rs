@@ -103,7 +103,7 @@ pub(crate) struct SettingFlags(pub Flags);
 
 impl clap::FromArgMatches for SettingFlags {
     fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
-        Ok(SettingFlags(Flags::from_matches(SETTINGS, matches)))
+        Ok(SettingFlags(Flags::from_matches(&SETTINGS, matches)))
     }
 
     fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
@@ -114,7 +114,7 @@ impl clap::FromArgMatches for SettingFlags {
 
 impl clap::Args for SettingFlags {
     fn augment_args(cmd: clap::Command) -> clap::Command {
-        cmd.args(Flags::args(SETTINGS))
+        cmd.args(Flags::args(&SETTINGS))
     }
 
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {

@@ -248,14 +248,42 @@ impl<T: Unpin> std::future::Future for Pending<T> {
     }
 }
 
-/// Which backend, and where.
+/// Where plugins' key-value data lives (`--kv`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreConfig {
+pub enum KvBackend {
+    /// A crash-safe database, `kv.redb` in the data directory.
+    File,
+    /// In memory: lost when the server stops.
     Memory,
-    /// The database file `kv.redb` in this directory.
-    File(std::path::PathBuf),
-    /// A Redis server (`redis://...` or `rediss://...`) that several processes share.
+    /// A Redis server (`redis://...`, `rediss://...`) that several processes share.
     Redis(String),
+}
+
+impl std::str::FromStr for KvBackend {
+    type Err = String;
+
+    /// `file`, `memory` or a Redis URL.
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "file" => Ok(KvBackend::File),
+            "memory" => Ok(KvBackend::Memory),
+            url if url.contains("://") => {
+                redis::check_url(url)?;
+                Ok(KvBackend::Redis(url.to_owned()))
+            }
+            _ => Err("expected `file`, `memory` or a redis:// URL".to_owned()),
+        }
+    }
+}
+
+impl std::fmt::Display for KvBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KvBackend::File => f.write_str("file"),
+            KvBackend::Memory => f.write_str("memory"),
+            KvBackend::Redis(url) => f.write_str(url),
+        }
+    }
 }
 
 /// Why a store could not be opened.
@@ -275,14 +303,14 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens the store `config` names. A file store that cannot be opened (its directory
-    /// cannot be created, another process holds it, it is corrupt) is an error, never an
-    /// empty store.
-    pub fn open(config: &StoreConfig) -> Result<Store, OpenError> {
-        let backend: Arc<dyn Backend> = match config {
-            StoreConfig::Memory => Arc::new(memory::Memory::default()),
-            StoreConfig::File(dir) => Arc::new(file::File::open(dir)?),
-            StoreConfig::Redis(url) => Arc::new(redis::Redis::open(url)?),
+    /// Opens the store `backend` names (a file store in `data_dir`). A file store that
+    /// cannot be opened (its directory cannot be created, another process holds it, it is
+    /// corrupt) is an error, never an empty store.
+    pub fn open(backend: &KvBackend, data_dir: &std::path::Path) -> Result<Store, OpenError> {
+        let backend: Arc<dyn Backend> = match backend {
+            KvBackend::Memory => Arc::new(memory::Memory::default()),
+            KvBackend::File => Arc::new(file::File::open(data_dir)?),
+            KvBackend::Redis(url) => Arc::new(redis::Redis::open(url)?),
         };
         Ok(Store::with_backend(backend))
     }

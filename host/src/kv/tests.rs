@@ -222,7 +222,7 @@ fn concurrent_increments_are_all_counted() {
 fn the_file_store_keeps_what_it_acknowledged_across_a_reopen() {
     let dir = TempDir::new("reopen");
     {
-        let store = Store::open(&StoreConfig::File(dir.0.clone())).unwrap();
+        let store = Store::open(&KvBackend::File, &dir.0).unwrap();
         let ns = store.namespace("todo", bounds());
         block_on(ns.set("item/1".into(), b"milk".to_vec(), None)).unwrap();
         block_on(ns.set_many(
@@ -233,7 +233,7 @@ fn the_file_store_keeps_what_it_acknowledged_across_a_reopen() {
         assert!(block_on(ns.delete("gone".into())).unwrap());
         assert_eq!(block_on(ns.increment("next".into(), 3)).unwrap(), 3);
     }
-    let store = Store::open(&StoreConfig::File(dir.0.clone())).unwrap();
+    let store = Store::open(&KvBackend::File, &dir.0).unwrap();
     let ns = store.namespace("todo", bounds());
     assert_eq!(block_on(ns.get("item/1")).unwrap(), Some(b"milk".to_vec()));
     assert_eq!(

@@ -36,7 +36,8 @@ use crate::runtime::registry::Mount;
 #[derive(Debug, Clone)]
 pub struct Route {
     pub mount: Option<Mount>,
-    pub max_body: u64,
+    /// The mounted plugin's body limit (at most the server's); `None`: the server's.
+    pub max_body: Option<u64>,
 }
 
 /// Finds the plugin for a path (the dispatcher, in the server).

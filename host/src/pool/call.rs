@@ -328,7 +328,7 @@ impl Call {
             call.respond_error(500, &message);
             return;
         }
-        let deflate = if plugin.policy.ws_compression {
+        let deflate = if plugin.policy.limits.ws_compression {
             crate::proto::ws_extension::negotiate(headers)
         } else {
             None

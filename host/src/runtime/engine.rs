@@ -15,38 +15,21 @@ use wasmtime::{
     Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig,
 };
 
+use anyhow::Context;
+
 use super::bindings;
 use super::state::HostState;
 use crate::limits::{
     EPOCH_TICK, FIBER_HOST_STACK_BYTES, GUEST_STACK_BYTES, INSTANCES_IDLE_TOTAL, INSTANCES_SPARE,
+    Limits,
 };
 
 /// Engine-wide settings.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
-    /// Worker threads.
-    pub workers: usize,
-    /// Plugin calls in flight at once, running or suspended in a wait: each holds an instance
-    /// and a fiber stack, so this sizes the pooling allocator.
-    pub max_calls: usize,
-    /// The most linear memory one instance may have.
-    pub memory_bytes: usize,
-    /// The CPU time one call may use.
-    pub cpu_deadline: Duration,
-    /// The wall-clock time one call may take (plugins may change it).
-    pub handler_timeout: Duration,
-    /// The bytes one plugin's key-value store may hold (plugins may change it).
-    pub kv_max_bytes: usize,
-    /// The largest WebSocket message a plugin may send.
-    pub ws_max_message_bytes: usize,
-    /// The largest request body (plugins may lower it).
-    pub max_body_bytes: u64,
-    /// Whether WebSockets negotiate permessage-deflate (plugins may turn it off).
-    pub ws_compression: bool,
-    /// The largest response body of a `wasi:http/proxy` plugin.
-    pub max_response_bytes: u64,
-    /// The bounds of plugins' outbound HTTP.
-    pub outbound: super::outbound::OutboundConfig,
+    /// The server's limits, whole: every plugin's policy starts from them, and
+    /// [`Limits::max_calls`] and [`Limits::guest_memory_bytes`] size the pooling allocator.
+    pub limits: Limits,
     /// Use the pooling instance allocator (falls back to on-demand if it cannot be set up).
     pub pooling: bool,
     /// Where compiled plugins are cached, keyed by content and engine settings; `None` turns
@@ -54,6 +37,18 @@ pub struct RuntimeConfig {
     pub cache_dir: Option<std::path::PathBuf>,
     /// The key-value store every plugin's namespace lives in.
     pub store: crate::kv::Store,
+}
+
+impl RuntimeConfig {
+    /// A runtime under `limits`, over `store`: pooling on, no compiled-code cache.
+    pub fn new(limits: Limits, store: crate::kv::Store) -> RuntimeConfig {
+        RuntimeConfig {
+            limits,
+            pooling: true,
+            cache_dir: None,
+            store,
+        }
+    }
 }
 
 /// The compilation and linking context shared by every plugin.
@@ -89,7 +84,11 @@ impl Runtime {
         self.cache.as_ref().map_or(0, Cache::cache_hits)
     }
 
-    pub fn new(config: RuntimeConfig) -> anyhow::Result<Arc<Runtime>> {
+    /// The engine and linker for `config`; plugins count into `metrics`.
+    pub fn new(
+        config: RuntimeConfig,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> anyhow::Result<Arc<Runtime>> {
         let cache = match &config.cache_dir {
             Some(dir) => {
                 let mut cc = CacheConfig::new();
@@ -139,9 +138,8 @@ impl Runtime {
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
         super::legacy::add_to_linker(&mut linker)?;
         super::kv_host::add_to_linker(&mut linker)?;
-        let ticker = EpochTicker::start(engine.clone(), EPOCH_TICK);
-        let metrics = Arc::new(crate::metrics::Metrics::default());
-        metrics.attach_kv(config.store.stats());
+        let ticker = EpochTicker::start(engine.clone(), EPOCH_TICK)
+            .context("cannot start the epoch ticker thread")?;
         Ok(Arc::new(Runtime {
             engine,
             linker,
@@ -185,6 +183,7 @@ fn engine_config(
         // a few core instances and usually one memory.
         let instances = u32::try_from(
             config
+                .limits
                 .max_calls
                 .saturating_add(INSTANCES_IDLE_TOTAL + INSTANCES_SPARE),
         )
@@ -198,7 +197,7 @@ fn engine_config(
             })
             .total_tables(instances.saturating_mul(4))
             .total_stacks(instances)
-            .max_memory_size(config.memory_bytes)
+            .max_memory_size(config.limits.guest_memory_bytes)
             .decommit_batch_size(64);
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
@@ -212,7 +211,7 @@ struct EpochTicker {
 }
 
 impl EpochTicker {
-    fn start(engine: Engine, period: Duration) -> Self {
+    fn start(engine: Engine, period: Duration) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
@@ -222,12 +221,11 @@ impl EpochTicker {
                     std::thread::sleep(period);
                     engine.increment_epoch();
                 }
-            })
-            .expect("spawning the epoch ticker thread");
-        EpochTicker {
+            })?;
+        Ok(EpochTicker {
             stop,
             thread: Some(thread),
-        }
+        })
     }
 }
 

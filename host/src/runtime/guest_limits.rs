@@ -44,23 +44,20 @@ pub struct GuestLimits {
 }
 
 impl GuestLimits {
-    /// The bounds of a plugin with `policy`, on a server whose WebSocket message limit is
-    /// `ws_max_message_bytes`.
-    pub fn for_plugin(
-        policy: &Policy,
-        ws_max_message_bytes: usize,
-        max_response_bytes: u64,
-    ) -> Self {
+    /// The bounds of a plugin with `policy` (whose limits are the server's, as the policy
+    /// may override them).
+    pub fn for_plugin(policy: &Policy) -> Self {
+        let l = &policy.limits;
         GuestLimits {
-            memory_bytes: policy.memory_bytes,
+            memory_bytes: l.guest_memory_bytes,
             table_entries: limits::GUEST_TABLE_ENTRIES,
             stack_bytes: limits::GUEST_STACK_BYTES,
-            cpu_deadline: policy.cpu_deadline,
+            cpu_deadline: l.guest_cpu_deadline,
             epoch_tick: limits::EPOCH_TICK,
-            handler_timeout: policy.handler_timeout,
-            kv: crate::kv::Bounds::with_quota(policy.kv_max_bytes),
-            ws_max_message_bytes,
-            max_response_bytes,
+            handler_timeout: l.handler_timeout,
+            kv: crate::kv::Bounds::with_quota(l.kv_max_bytes),
+            ws_max_message_bytes: l.ws_max_message_bytes,
+            max_response_bytes: l.max_response_bytes,
             ws_max_topic_bytes: limits::WS_MAX_TOPIC_BYTES,
             ws_max_topics_per_connection: limits::WS_MAX_TOPICS_PER_CONNECTION,
             log_message_bytes: limits::GUEST_LOG_MESSAGE_BYTES,

@@ -14,7 +14,6 @@ use super::policy::Policy;
 use super::state::{HostState, WsLink};
 use super::world::{Exports, Pre};
 use crate::kv::Namespace;
-use crate::limits::Limits;
 
 /// A loaded plugin. Immutable: a new version of the file is a new `Plugin`.
 pub struct Plugin {
@@ -130,17 +129,9 @@ impl Plugin {
     /// keeps the cache-hit count of each exact.
     pub fn compile(runtime: &Runtime, name: &str, path: &Path) -> Result<Plugin, LoadError> {
         let started = Instant::now();
-        let server = Limits {
-            guest_cpu_deadline: runtime.config.cpu_deadline,
-            guest_memory_bytes: runtime.config.memory_bytes,
-            handler_timeout: runtime.config.handler_timeout,
-            kv_max_bytes: runtime.config.kv_max_bytes,
-            max_body_bytes: runtime.config.max_body_bytes,
-            ws_compression: runtime.config.ws_compression,
-            ..Limits::default()
-        };
+        let server = &runtime.config.limits;
         let policy =
-            Policy::for_plugin(path, name, &server).map_err(|e| LoadError::Policy(e.message))?;
+            Policy::for_plugin(path, name, server).map_err(|e| LoadError::Policy(e.message))?;
         let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
             path: path.to_owned(),
             source,
@@ -202,24 +193,17 @@ impl Plugin {
             policy.fresh_instances = true;
         }
         let name: Arc<str> = Arc::from(name);
-        let limits = Arc::new(super::guest_limits::GuestLimits::for_plugin(
-            &policy,
-            runtime.config.ws_max_message_bytes,
-            runtime.config.max_response_bytes,
-        ));
+        let limits = Arc::new(super::guest_limits::GuestLimits::for_plugin(&policy));
         let metrics = runtime.metrics.plugin(&name);
         let outbound = Arc::new(super::outbound::Outbound::new(
             name.clone(),
             policy.http.clone(),
-            runtime.config.outbound.clone(),
+            super::outbound::OutboundConfig::from_limits(&policy.limits),
             metrics.clone(),
         ));
         // A body of up to the larger cap fits in the stream's buffer, however small its
         // writes, so a guest writing its whole body before `set` cannot wait on itself.
-        let body_cap = runtime
-            .config
-            .max_response_bytes
-            .max(runtime.config.max_body_bytes);
+        let body_cap = server.max_response_bytes.max(server.max_body_bytes);
         let body_buffer_chunks =
             usize::try_from(body_cap / crate::limits::HTTP_BODY_WRITE_BYTES as u64)
                 .unwrap_or(usize::MAX / 2)

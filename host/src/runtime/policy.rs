@@ -33,25 +33,23 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use crate::limits::Limits;
-use crate::settings::{self, Flag, Kind, Setting, SettingsError, Unit, Value};
+use std::sync::LazyLock;
+
+use crate::config::LimitSetting;
+use crate::limits::{HasLimits, Limits};
+use crate::settings::{self, Flag, Kind, Override, Setting, SettingsError, Unit, Value, set};
 
 /// What a plugin may do and use, after defaults and validation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     /// Mount prefixes (`""` for the fallback).
     pub routes: Vec<String>,
-    pub cpu_deadline: Duration,
-    /// Wall-clock time per call, waits included.
-    pub handler_timeout: Duration,
-    pub memory_bytes: usize,
-    /// Bytes (keys plus values) the plugin's key-value namespace may hold.
-    pub kv_max_bytes: usize,
+    /// The plugin's limits: the server's, with the keys the policy may override
+    /// ([`crate::config::limit_settings`]) as the file gives them.
+    pub limits: Limits,
     /// Calls in flight at once, if limited.
     pub max_concurrency: Option<usize>,
-    pub max_body_bytes: u64,
     /// Environment variables the plugin sees.
     pub env: Vec<(String, String)>,
     pub dirs: Vec<Preopen>,
@@ -72,8 +70,6 @@ pub struct Policy {
     pub recycle_growth_bytes: usize,
     /// Idle instances kept between calls.
     pub max_idle_instances: usize,
-    /// Whether this plugin's WebSockets negotiate permessage-deflate.
-    pub ws_compression: bool,
     /// The policy file, if there was one.
     pub source: Option<PathBuf>,
     /// Entries of `capabilities.dirs` as written, checked once the file is read.
@@ -108,11 +104,8 @@ pub fn prefix_for(name: &str) -> std::sync::Arc<str> {
     }
 }
 
-/// Largest `cpu_deadline_ms` and `handler_timeout_ms`: an hour.
-const MAX_DEADLINE_MS: u64 = 3_600_000;
-
-/// A number key of the policy: like the server's, in the plugin's own terms. No default of
-/// its own: a key the file does not give keeps the server's value.
+/// A number key of the policy alone (the server has no such setting). No default of its
+/// own: a key the file does not give keeps the policy's default.
 macro_rules! policy_number {
     ($key:literal, $unit:ident, $min:expr, $max:expr, $doc:literal, |$p:ident, $n:ident| $apply:expr, |$r:ident| $read:expr) => {
         Setting {
@@ -127,69 +120,52 @@ macro_rules! policy_number {
             default: || Value::Unset,
             apply: |$p: &mut Policy, v| {
                 let $n = v.number();
-                $apply
+                $apply;
+                Ok(())
             },
             read: |$r: &Policy| $read,
         }
     };
 }
 
-/// Every key a policy file may hold.
-pub static SETTINGS: &[Setting<Policy>] = &[
+/// The server's limits a policy may override, each with its rule
+/// ([`crate::config::limit_settings`]: `Lower` or `Any`).
+static LIMITS: LazyLock<Vec<LimitSetting<Policy>>> = LazyLock::new(|| {
+    crate::config::limit_settings()
+        .into_iter()
+        .filter(|l| l.policy != Override::Never)
+        .collect()
+});
+
+/// Every key a policy file may hold: the policy's own, then the server limits it may
+/// override.
+pub static SETTINGS: LazyLock<Vec<Setting<Policy>>> = LazyLock::new(|| {
+    OWN.iter()
+        .cloned()
+        .chain(LIMITS.iter().map(|l| l.setting.clone()))
+        .collect()
+});
+
+/// The keys of a policy that are no server setting.
+static OWN: &[Setting<Policy>] = &[
     Setting {
         key: "routes",
         flag: Flag::None,
-        kind: Kind::List { check: check_route },
+        kind: Kind::List,
         doc: "Mount prefixes instead of /NAME (\"\" is the fallback)",
         default: || Value::Unset,
-        apply: |p, v| p.routes = v.list(),
+        apply: |p, v| {
+            let routes = v.list();
+            for (i, route) in routes.iter().enumerate() {
+                check_route(route)?;
+                if routes[..i].contains(route) {
+                    return Err(format!("{route:?} is listed twice"));
+                }
+            }
+            set(&mut p.routes, routes)
+        },
         read: |p| Value::List(p.routes.clone()),
     },
-    Setting {
-        key: "ws_compression",
-        flag: Flag::None,
-        kind: Kind::Switch,
-        doc: "Negotiate permessage-deflate on this plugin's WebSockets (default: the server's ws_compression)",
-        default: || Value::Unset,
-        apply: |p, v| p.ws_compression = v.bool(),
-        read: |p| Value::Bool(p.ws_compression),
-    },
-    policy_number!(
-        "limits.cpu_deadline_ms",
-        Millis,
-        1,
-        MAX_DEADLINE_MS,
-        "CPU time per request or event",
-        |p, n| p.cpu_deadline = Duration::from_millis(n),
-        |p| Value::Number(p.cpu_deadline.as_millis() as u64)
-    ),
-    policy_number!(
-        "limits.handler_timeout_ms",
-        Millis,
-        1,
-        MAX_DEADLINE_MS,
-        "Wall-clock time per request or event, waits included",
-        |p, n| p.handler_timeout = Duration::from_millis(n),
-        |p| Value::Number(p.handler_timeout.as_millis() as u64)
-    ),
-    policy_number!(
-        "limits.memory_limit_mib",
-        Mib,
-        1,
-        4096,
-        "Linear memory per instance, at most the server's --memory-limit-mib",
-        |p, n| p.memory_bytes = usize::try_from(n << 20).unwrap_or(usize::MAX),
-        |p| Value::Number((p.memory_bytes >> 20) as u64)
-    ),
-    policy_number!(
-        "limits.kv_max_bytes",
-        Bytes,
-        0,
-        1 << 40,
-        "Keys plus values in this plugin's key-value store",
-        |p, n| p.kv_max_bytes = usize::try_from(n).unwrap_or(usize::MAX),
-        |p| Value::Number(p.kv_max_bytes as u64)
-    ),
     policy_number!(
         "limits.max_concurrency",
         Count,
@@ -201,30 +177,33 @@ pub static SETTINGS: &[Setting<Policy>] = &[
             .max_concurrency
             .map_or(Value::Unset, |n| Value::Number(n as u64))
     ),
-    policy_number!(
-        "limits.max_body_bytes",
-        Bytes,
-        0,
-        1 << 40,
-        "Largest request body; past it: 413 before the body is read",
-        |p, n| p.max_body_bytes = n,
-        |p| Value::Number(p.max_body_bytes)
-    ),
     Setting {
         key: "capabilities.env",
         flag: Flag::None,
-        kind: Kind::List { check: check_env },
-        doc: "Environment variables: NAME passes the host's, NAME=value sets one",
+        kind: Kind::List,
+        doc: "Environment variables: NAME passes the host's, NAME=value sets one; each name once",
         default: || Value::Unset,
         apply: |p, v| {
-            p.env = v
-                .list()
-                .into_iter()
-                .filter_map(|entry| match entry.split_once('=') {
-                    Some((name, value)) => Some((name.to_owned(), value.to_owned())),
-                    None => std::env::var(&entry).ok().map(|value| (entry, value)),
-                })
-                .collect();
+            let mut env: Vec<(String, String)> = Vec::new();
+            let mut names: Vec<String> = Vec::new();
+            for entry in v.list() {
+                let (name, value) = match entry.split_once('=') {
+                    Some((name, value)) => (name.to_owned(), Some(value.to_owned())),
+                    None => (entry.clone(), None),
+                };
+                if !valid_env_name(&name) {
+                    return Err(format!("{entry:?} is not NAME or NAME=value"));
+                }
+                if names.contains(&name) {
+                    return Err(format!("{name} is given twice"));
+                }
+                // A variable the host does not have is left out, as a shell would.
+                if let Some(value) = value.or_else(|| std::env::var(&name).ok()) {
+                    env.push((name.clone(), value));
+                }
+                names.push(name);
+            }
+            set(&mut p.env, env)
         },
         read: |p| Value::List(p.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
     },
@@ -241,37 +220,42 @@ pub static SETTINGS: &[Setting<Policy>] = &[
             if let Value::Tables(rows) = v {
                 p.dir_entries = rows;
             }
+            Ok(())
         },
         read: |p| Value::Tables(p.dir_entries.clone()),
     },
     Setting {
         key: "capabilities.network",
         flag: Flag::None,
-        kind: Kind::List {
-            check: check_socket_addr,
-        },
+        kind: Kind::List,
         doc: "Outbound TCP allowed to exactly these IP:PORT addresses",
         default: || Value::Unset,
         apply: |p, v| {
-            p.network = v.list().iter().filter_map(|a| a.parse().ok()).collect();
+            let network = v
+                .list()
+                .iter()
+                .map(|a| {
+                    a.parse::<SocketAddr>()
+                        .map_err(|_| format!("{a:?} is not IP:PORT"))
+                })
+                .collect::<Result<_, _>>()?;
+            set(&mut p.network, network)
         },
         read: |p| Value::List(p.network.iter().map(ToString::to_string).collect()),
     },
     Setting {
         key: "capabilities.http",
         flag: Flag::None,
-        kind: Kind::List {
-            check: check_http_grant,
-        },
+        kind: Kind::List,
         doc: "Outbound HTTP allowed to these origins: \"https://host[:port]\", \"https://*.domain\"",
         default: || Value::Unset,
         apply: |p, v| {
-            p.http = super::http_grants::HttpGrants::new(
-                v.list()
-                    .iter()
-                    .filter_map(|g| super::http_grants::HttpGrant::parse(g).ok())
-                    .collect(),
-            );
+            let grants = v
+                .list()
+                .iter()
+                .map(|g| super::http_grants::HttpGrant::parse(g))
+                .collect::<Result<_, _>>()?;
+            set(&mut p.http, super::http_grants::HttpGrants::new(grants))
         },
         read: |p| Value::List(p.http.iter().map(ToString::to_string).collect()),
     },
@@ -281,7 +265,7 @@ pub static SETTINGS: &[Setting<Policy>] = &[
         kind: Kind::Switch,
         doc: "Clocks at full resolution (default: 100 µs steps)",
         default: || Value::Bool(false),
-        apply: |p, v| p.precise_clocks = v.bool(),
+        apply: |p, v| set(&mut p.precise_clocks, v.bool()),
         read: |p| Value::Bool(p.precise_clocks),
     },
     Setting {
@@ -292,7 +276,7 @@ pub static SETTINGS: &[Setting<Policy>] = &[
         default: || Value::Text("reuse".to_owned()),
         apply: |p, v| {
             p.fresh_instances = v.text() == "fresh";
-            p.instances_mode_given = true;
+            set(&mut p.instances_mode_given, true)
         },
         read: |p| Value::Text(if p.fresh_instances { "fresh" } else { "reuse" }.to_owned()),
     },
@@ -330,28 +314,18 @@ fn check_route(route: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "{route:?} is not a mount prefix: use \"/name\" (no trailing slash) or \"\" for the fallback"
+            "{route:?} is not a mount prefix: use \"/name\" (no trailing slash, no dot segment, plain or percent-encoded) or \"\" for the fallback"
         ))
     }
 }
 
-fn check_env(entry: &str) -> Result<(), String> {
-    let name = entry.split_once('=').map_or(entry, |(name, _)| name);
-    if valid_env_name(name) {
-        Ok(())
-    } else {
-        Err(format!("{entry:?} is not NAME or NAME=value"))
+impl HasLimits for Policy {
+    fn limits(&self) -> &Limits {
+        &self.limits
     }
-}
-
-fn check_http_grant(grant: &str) -> Result<(), String> {
-    super::http_grants::HttpGrant::parse(grant).map(drop)
-}
-
-fn check_socket_addr(addr: &str) -> Result<(), String> {
-    addr.parse::<SocketAddr>()
-        .map(drop)
-        .map_err(|_| format!("{addr:?} is not IP:PORT"))
+    fn limits_mut(&mut self) -> &mut Limits {
+        &mut self.limits
+    }
 }
 
 impl Policy {
@@ -359,12 +333,8 @@ impl Policy {
     pub fn defaults(name: &str, limits: &Limits) -> Policy {
         Policy {
             routes: vec![prefix_for(name).to_string()],
-            cpu_deadline: limits.guest_cpu_deadline,
-            handler_timeout: limits.handler_timeout,
-            memory_bytes: limits.guest_memory_bytes,
-            kv_max_bytes: limits.kv_max_bytes,
+            limits: limits.clone(),
             max_concurrency: None,
-            max_body_bytes: limits.max_body_bytes,
             env: Vec::new(),
             dirs: Vec::new(),
             network: Vec::new(),
@@ -375,7 +345,6 @@ impl Policy {
             recycle_after: None,
             recycle_growth_bytes: crate::limits::INSTANCE_RECYCLE_GROWTH_BYTES,
             max_idle_instances: crate::limits::INSTANCES_IDLE_PER_PLUGIN,
-            ws_compression: limits.ws_compression,
             source: None,
             dir_entries: Vec::new(),
         }
@@ -394,7 +363,7 @@ impl Policy {
                 });
             }
         };
-        let given = settings::load_file(SETTINGS, &path, &text).map_err(|e| PolicyError {
+        let given = settings::load_file(&SETTINGS, &path, &text).map_err(|e| PolicyError {
             message: match e {
                 SettingsError::Syntax { path, message } => {
                     format!("invalid policy {}: {message}", path.display())
@@ -405,7 +374,9 @@ impl Policy {
         let mut origins = std::collections::BTreeMap::new();
         for (key, value, origin) in given {
             if let Some(setting) = SETTINGS.iter().find(|s| s.key == key) {
-                (setting.apply)(&mut policy, value);
+                (setting.apply)(&mut policy, value).map_err(|message| PolicyError {
+                    message: format!("{}: {message}", origin.describe(key)),
+                })?;
                 origins.insert(key, origin);
             }
         }
@@ -420,14 +391,25 @@ impl Policy {
         if policy.routes.is_empty() {
             return Err(bad("routes", "must list at least one prefix".into()));
         }
-        if policy.memory_bytes > limits.guest_memory_bytes {
-            return Err(bad(
-                "limits.memory_limit_mib",
-                format!(
-                    "must be between 1 and the server's --memory-limit-mib ({})",
-                    limits.guest_memory_bytes >> 20
-                ),
-            ));
+        // The one place a limit's override rule is enforced: a key that may only lower the
+        // server's value is refused above it.
+        let server = Policy::defaults(name, limits);
+        for limit in LIMITS.iter().filter(|l| l.policy == Override::Lower) {
+            let (ours, theirs) = ((limit.setting.read)(&policy), (limit.setting.read)(&server));
+            if ours.number() > theirs.number() {
+                return Err(bad(
+                    limit.setting.key,
+                    format!(
+                        "{} is more than the server's {} ({}); a policy may only lower it",
+                        ours.display(),
+                        limit
+                            .setting
+                            .long()
+                            .map_or_else(|| limit.setting.key.to_owned(), |l| format!("--{l}")),
+                        theirs.display()
+                    ),
+                ));
+            }
         }
         let base = wasm.parent().unwrap_or(Path::new("."));
         for entry in std::mem::take(&mut policy.dir_entries) {
@@ -466,8 +448,9 @@ impl Policy {
     }
 }
 
-/// `""` (the fallback), or `/seg/seg` of path characters: no empty, `.` or `..` segment, no
-/// trailing slash, no query or fragment, no whitespace or control character.
+/// `""` (the fallback), or `/seg/seg` of path characters: no empty, `.` or `..` segment (nor
+/// one that is a dot segment once percent-decoded, like `%2e%2e`), no `%` but a valid escape,
+/// no escaped `/`, no trailing slash, no query or fragment, no whitespace or control character.
 fn valid_route(route: &str) -> bool {
     if route.is_empty() {
         return true;
@@ -476,13 +459,33 @@ fn valid_route(route: &str) -> bool {
         return false;
     };
     rest.split('/').all(|seg| {
-        !seg.is_empty()
-            && seg != "."
-            && seg != ".."
+        let plain = !seg.is_empty()
             && seg
                 .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@%".contains(&b))
+                .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@%".contains(&b));
+        plain
+            && percent_decoded(seg).is_some_and(|decoded| {
+                decoded != b"." && decoded != b".." && !decoded.contains(&b'/')
+            })
     })
+}
+
+/// `seg` with its `%XX` escapes decoded; `None` if a `%` starts no valid escape.
+fn percent_decoded(seg: &str) -> Option<Vec<u8>> {
+    let bytes = seg.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some(out)
 }
 
 /// Whether `path` is `dir` or inside it, after resolving `..` and symbolic links.
@@ -500,6 +503,7 @@ fn valid_env_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn policy(text: &str) -> Result<Policy, String> {
         let dir =
@@ -516,8 +520,8 @@ mod tests {
     fn defaults_and_overrides() {
         let p = policy("routes = [\"/api\", \"\"]\n[limits]\ncpu_deadline_ms = 250\nmemory_limit_mib = 16\nmax_concurrency = 3\n[capabilities]\nenv = [\"X=1\"]\ndirs = [{ host = \"data\", guest = \"/data\" }]\nnetwork = [\"127.0.0.1:9\"]\n[instances]\nmode = \"fresh\"\n").unwrap();
         assert_eq!(p.routes, vec!["/api", ""]);
-        assert_eq!(p.cpu_deadline, Duration::from_millis(250));
-        assert_eq!(p.memory_bytes, 16 << 20);
+        assert_eq!(p.limits.guest_cpu_deadline, Duration::from_millis(250));
+        assert_eq!(p.limits.guest_memory_bytes, 16 << 20);
         assert_eq!(p.max_concurrency, Some(3));
         assert_eq!(p.env, vec![("X".to_owned(), "1".to_owned())]);
         assert_eq!(p.dirs[0].guest, "/data");
@@ -546,8 +550,8 @@ mod tests {
         assert_eq!(p.dirs[0].host, PathBuf::from("/"));
         let p = policy("[capabilities]\nprecise_clocks = true\n[limits]\nkv_max_bytes = 10\nhandler_timeout_ms = 250\n").unwrap();
         assert!(p.precise_clocks);
-        assert_eq!(p.kv_max_bytes, 10);
-        assert_eq!(p.handler_timeout, Duration::from_millis(250));
+        assert_eq!(p.limits.kv_max_bytes, 10);
+        assert_eq!(p.limits.handler_timeout, Duration::from_millis(250));
     }
 
     #[test]
@@ -570,7 +574,21 @@ mod tests {
         let e = policy("routes = [\"api/\"]\n").unwrap_err();
         assert!(e.contains("p.toml:1: routes"), "{e}");
         for bad in [
-            "/a\u{0}b", "/a\tb", "/a b", "/a/../b", "/a/./b", "/a//b", "/a?b", "/a#b", "/é",
+            "/a\u{0}b",
+            "/a\tb",
+            "/a b",
+            "/a/../b",
+            "/a/./b",
+            "/a//b",
+            "/a?b",
+            "/a#b",
+            "/é",
+            "/%2e%2e",
+            "/%2E",
+            "/a/%2e%2E/b",
+            "/a%2fb",
+            "/a%",
+            "/a%zz",
         ] {
             let quoted = toml::Value::String(bad.to_owned()).to_string();
             let e = policy(&format!("routes = [{quoted}]\n")).unwrap_err();
@@ -587,6 +605,56 @@ mod tests {
         let e = policy("[limits]\nmax_bodies = 3\n").unwrap_err();
         assert!(
             e.contains("p.toml:2: limits.max_bodies: unknown field `max_bodies`, expected one of:"),
+            "{e}"
+        );
+    }
+
+    // See: issue 32: a duplicate env key, and a route that is a dot segment once decoded,
+    // were accepted.
+    #[test]
+    fn a_name_given_twice_is_refused() {
+        let e = policy("[capabilities]\nenv = [\"A=1\", \"B=2\", \"A=3\"]\n").unwrap_err();
+        assert!(
+            e.ends_with("p.toml:2: capabilities.env: A is given twice"),
+            "{e}"
+        );
+        let e = policy("routes = [\"/a\", \"/a\"]\n").unwrap_err();
+        assert!(
+            e.ends_with("p.toml:1: routes: \"/a\" is listed twice"),
+            "{e}"
+        );
+        let p = policy("routes = [\"/a%20b\", \"/%7Euser\"]\n").unwrap();
+        assert_eq!(p.routes, vec!["/a%20b", "/%7Euser"]);
+    }
+
+    // See: issue 31: the override rule of each limit is declared beside it and enforced in
+    // one place; a limit that may only be lowered is refused above the server's.
+    #[test]
+    fn a_limit_a_policy_may_only_lower_is_refused_above_the_servers() {
+        let e = policy("[limits]\nmemory_limit_mib = 65\n").unwrap_err();
+        assert!(
+            e.ends_with(
+                "p.toml:2: limits.memory_limit_mib: 65 is more than the server's --memory-limit-mib (64); a policy may only lower it"
+            ),
+            "{e}"
+        );
+        let e = policy("[limits]\nmax_body_bytes = 16777217\n").unwrap_err();
+        assert!(
+            e.contains("p.toml:2: limits.max_body_bytes: 16777217 is more than the server's --max-body-bytes (16777216)"),
+            "{e}"
+        );
+        let p = policy(
+            "[limits]\nmemory_limit_mib = 16\nmax_body_bytes = 100\ncpu_deadline_ms = 60000\n",
+        )
+        .unwrap();
+        assert_eq!(p.limits.guest_memory_bytes, 16 << 20);
+        assert_eq!(p.limits.max_body_bytes, 100);
+        // May raise: the CPU deadline.
+        assert_eq!(p.limits.guest_cpu_deadline, Duration::from_secs(60));
+        // Fixed: a server limit a policy may not name at all.
+        let e = policy("[limits]\nmax_connections = 5\n").unwrap_err();
+        assert!(
+            e.contains("p.toml:2: limits.max_connections: unknown field `max_connections`"),
             "{e}"
         );
     }

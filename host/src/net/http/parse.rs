@@ -55,7 +55,9 @@ impl<S: Transport> HttpConn<S> {
                 }
                 // The plugin's own body limit, when lower than the server's.
                 let route = ctx.router.route(&head.path);
-                let max_body = route.max_body.min(ctx.limits.max_body_bytes);
+                // The plugin's own limit (its policy may only lower the server's); the
+                // server's where no plugin is mounted.
+                let max_body = route.max_body.unwrap_or(ctx.limits.max_body_bytes);
                 if let Framing::Length(n) = head.framing
                     && n > max_body
                 {

@@ -60,7 +60,7 @@ impl Router for Nowhere {
     fn route(&self, _path: &str) -> Route {
         Route {
             mount: None,
-            max_body: self.0,
+            max_body: Some(self.0),
         }
     }
 }
