@@ -20,18 +20,18 @@ use std::time::Duration;
 use ankh::access::Access;
 use ankh::limits::Limits;
 use ankh::message::ConnId;
+use ankh::pool::exchange::{Exchange, Origin, Responder};
 use ankh::pool::reply::{Reply, ReplyTx, reply_channel};
 use ankh::proto::encoding::{Coding, compress};
 use ankh::proto::response::{RequestMeta, encode};
 use ankh::proto::{Status, Version};
-use ankh::runtime::call::{CallContext, Origin, Responder};
+use ankh::runtime::engine::incoming::Incoming;
+use ankh::runtime::engine::instance::Instance;
+use ankh::runtime::engine::packed::Answer;
+use ankh::runtime::engine::plugin::Plugin;
 use ankh::runtime::engine::{Runtime, RuntimeConfig};
-use ankh::runtime::exec::block_on;
-use ankh::runtime::incoming::Incoming;
-use ankh::runtime::instance::Instance;
-use ankh::runtime::packed::Answer;
-use ankh::runtime::plugin::Plugin;
-use ankh::runtime::state::WsLink;
+use ankh::runtime::sandbox::exec::block_on;
+use ankh::ws_router::WsRouter;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 const HEAD: &[u8] = b"GET /todo/items?sort=asc&page=2 HTTP/1.1\r\n\
@@ -176,11 +176,11 @@ fn plugin(c: &mut Criterion) {
     let wasm = benches::build_example_plugins(Some("bench")).join("bench.wasm");
     let (reply, replies) = reply_channel(Arc::new(|| {}));
     let hub = Arc::new(ankh::hub::Hub::default());
-    let link = WsLink {
-        hub: hub.clone(),
-        out: Arc::new(ankh::pool::reply::Replies::new(vec![reply.clone()])),
-        cluster: None,
-    };
+    let link = Arc::new(WsRouter::new(
+        hub.clone(),
+        Arc::new(ankh::pool::reply::Replies::new(vec![reply.clone()])),
+        None,
+    ));
     let pooled = runtime(true);
     let on_demand = runtime(false);
     // `ANKH_CALLS=N` (below) runs under valgrind, where the pooling allocator cannot reserve
@@ -227,10 +227,10 @@ fn plugin(c: &mut Criterion) {
         // serves every call.
         let mut request = request.clone();
         let mut call_once = || {
-            let call = CallContext::new(
+            let call = Exchange::new(
                 origin.clone(),
                 plugin.name.clone(),
-                Box::new(ToReplies(reply.clone())),
+                ToReplies(reply.clone()),
             );
             let (outcome, _call) =
                 block_on(instance.handle_request(&mut request, call, Default::default()));

@@ -1,49 +1,64 @@
 //! The runtime alone: a plugin called through `ankh::runtime` with no socket, no I/O thread
 //! and no worker pool (the seam of issue 13). What the runtime needs from the rest of the host
-//! is two traits, here implemented by the test.
+//! is two traits, `Respond` and `WebSockets`, here implemented by the test.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ankh::access::Access;
-use ankh::hub::Hub;
 use ankh::limits::Limits;
 use ankh::message::{Cancel, Outbound, WsId};
+use ankh::proto::Status;
 use ankh::proto::request::parse;
-use ankh::proto::{Status, Version};
-use ankh::runtime::call::{CallContext, Origin, Responder};
+use ankh::runtime::bindings::types::WsError;
+use ankh::runtime::engine::incoming::Incoming;
+use ankh::runtime::engine::instance::{Instance, InvokeError};
+use ankh::runtime::engine::packed::{Answer, Returned};
+use ankh::runtime::engine::plugin::Plugin;
 use ankh::runtime::engine::{Runtime, RuntimeConfig};
-use ankh::runtime::exec::block_on;
-use ankh::runtime::incoming::Incoming;
-use ankh::runtime::instance::{Instance, InvokeError};
-use ankh::runtime::packed::{Answer, Returned};
-use ankh::runtime::plugin::Plugin;
-use ankh::runtime::state::{WsLink, WsOut};
+use ankh::runtime::host::http::{AlreadyResponded, Respond};
+use ankh::runtime::host::websocket::{self, WebSockets};
+use ankh::runtime::sandbox::exec::block_on;
+use futures_util::future::{Either, ready};
 
 use crate::harness::{plugins, test_cache_dir};
 
-/// A response as sent: the bytes, and whether the connection closes after them.
-type Sent = (Vec<u8>, bool);
-
-/// Keeps what the runtime would have sent to a client.
+/// Keeps the statuses of the responses a call sent early (through `http.respond`).
 #[derive(Clone, Default)]
-struct Kept(Arc<Mutex<Vec<Sent>>>);
+struct Kept(Arc<Mutex<Vec<u16>>>);
 
-impl Responder for Kept {
-    fn respond(&mut self, bytes: Vec<u8>, close: bool) {
-        self.0.lock().unwrap().push((bytes, close));
+impl Respond for Kept {
+    fn respond(
+        &mut self,
+        status: u16,
+        _headers: &[(String, Vec<u8>)],
+        _body: &[u8],
+    ) -> Result<(), AlreadyResponded> {
+        self.0.lock().unwrap().push(status);
+        Ok(())
     }
 }
 
-/// No WebSockets here.
+/// No WebSockets here: every connection is closed.
 #[derive(Debug)]
 struct NoSockets;
 
-impl WsOut for NoSockets {
-    fn send(&self, _: usize, _: WsId, _: Outbound) {}
-    fn close(&self, _: usize, _: WsId, _: u16, _: String) {}
-    fn publish(&self, _: Vec<(usize, WsId)>, _: Outbound) {}
+impl WebSockets for NoSockets {
+    fn send<'a>(&'a self, _: &'a str, _: WsId, _: Outbound) -> websocket::Answer<'a, ()> {
+        Either::Left(ready(Err(WsError::Closed)))
+    }
+    fn close<'a>(&'a self, _: &'a str, _: WsId, _: u16, _: String) -> websocket::Answer<'a, ()> {
+        Either::Left(ready(Err(WsError::Closed)))
+    }
+    fn subscribe(&self, _: &str, _: WsId, _: &str, _: (usize, usize)) -> Result<(), WsError> {
+        Err(WsError::Closed)
+    }
+    fn unsubscribe(&self, _: &str, _: WsId, _: &str) -> Result<(), WsError> {
+        Err(WsError::Closed)
+    }
+    fn publish<'a>(&'a self, _: &'a str, _: &'a str, _: Outbound) -> websocket::Answer<'a, u32> {
+        Either::Left(ready(Ok(0)))
+    }
 }
 
 fn runtime(cpu_deadline: Duration) -> Arc<Runtime> {
@@ -75,32 +90,9 @@ fn request(path: &str, mount: &str) -> Incoming {
     }
 }
 
-fn call(name: &str, kept: &Kept) -> CallContext {
-    let origin = Origin {
-        request_id: 1,
-        version: Version::Http11,
-        head: false,
-        keep_alive: true,
-        accept_encoding: None,
-        access: Access {
-            remote: "127.0.0.1:1".parse().unwrap(),
-            method: "GET".into(),
-            path: "/".into(),
-            received: std::time::Instant::now(),
-            metrics: None,
-        },
-    };
-    CallContext::new(origin, name.into(), Box::new(kept.clone()))
-}
-
 fn instance(runtime: &Runtime, name: &str, wasm: &str) -> Instance {
     let plugin = Arc::new(Plugin::load(runtime, name, Path::new(wasm)).unwrap());
-    let link = WsLink {
-        hub: Arc::new(Hub::default()),
-        out: Arc::new(NoSockets),
-        cluster: None,
-    };
-    block_on(Instance::new(&plugin, link))
+    block_on(Instance::new(&plugin, Arc::new(NoSockets)))
         .map_err(|f| f.error)
         .unwrap()
 }
@@ -112,7 +104,7 @@ fn a_plugin_answers_through_the_runtime_alone() {
     let kept = Kept::default();
     let (outcome, call) = block_on(hello.handle_request(
         &mut request("/hello", "/hello"),
-        call("hello", &kept),
+        kept.clone(),
         Cancel::default(),
     ));
     // The SDK's plugins answer with a packed buffer, read in place.
@@ -126,8 +118,7 @@ fn a_plugin_answers_through_the_runtime_alone() {
         _ => panic!("hello responds"),
     }
     // The response was not sent: `handle-request` returned it, the caller sends it.
-    assert!(!call.responded());
-    assert!(kept.0.lock().unwrap().is_empty());
+    assert!(call.0.lock().unwrap().is_empty());
 }
 
 #[test]
@@ -137,7 +128,7 @@ fn the_runtime_alone_enforces_a_calls_limits_and_its_cancellation() {
     let kept = Kept::default();
     let (outcome, _) = block_on(spin.handle_request(
         &mut request("/spin/loop", "/spin"),
-        call("spin", &kept),
+        kept.clone(),
         Cancel::default(),
     ));
     let Err(failure) = outcome else {
@@ -154,7 +145,7 @@ fn the_runtime_alone_enforces_a_calls_limits_and_its_cancellation() {
     cancel.cancel();
     let mut req = request("/probe/sleep?ms=60000", "/probe");
     let started = std::time::Instant::now();
-    let (outcome, _) = block_on(probe.handle_request(&mut req, call("probe", &kept), cancel));
+    let (outcome, _) = block_on(probe.handle_request(&mut req, kept.clone(), cancel));
     let Err(failure) = outcome else {
         panic!("a cancelled call fails");
     };

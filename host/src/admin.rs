@@ -17,7 +17,7 @@ use crate::net::event_loop::StopHandle;
 use crate::proto::request;
 use crate::proto::response::{self, RequestMeta};
 use crate::proto::{Status, Version};
-use crate::runtime::registry::Registry;
+use crate::runtime::engine::registry::Registry;
 
 /// Longest admin request head, in bytes.
 const MAX_ADMIN_REQUEST_BYTES: usize = 4096;

@@ -1,35 +1,18 @@
 //! From a complete request to its handler: find the plugin for the path, hand the request to
 //! the pool, or answer at once when there is nothing to run (404) or no room to queue it (503).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::limits::RETRY_AFTER_SECS;
 use crate::message::{ConnId, WsEvent, WsId};
+use crate::net::http::{Dispatch, Route, Router};
+use crate::net::ws_conn::Events;
+use crate::net::{Handler, Immediate, Undelivered};
 use crate::pool::job::{EventJob, Job, RequestJob};
 use crate::pool::{Busy, WorkerPool};
-use crate::proto::request::RequestHead;
-use crate::runtime::incoming::Incoming;
-use crate::runtime::registry::{Mount, Registry};
-use crate::runtime::watch::Cancel;
-
-/// An answer written by the host itself, without a plugin.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Immediate {
-    pub status: u16,
-    pub message: String,
-    pub retry_after: Option<u32>,
-}
-
-/// Why an event was not handed to a worker.
-#[derive(Debug)]
-pub enum Undelivered {
-    /// The queue is full; here is the event back, try again later.
-    Busy(WsEvent),
-    /// The plugin is no longer mounted; the event was dropped.
-    Gone,
-}
+use crate::runtime::engine::incoming::Incoming;
+use crate::runtime::engine::registry::Registry;
 
 /// Routes requests to plugins. Each event loop has a clone; they share the registry, the
 /// pool and the request ids.
@@ -117,19 +100,18 @@ impl Dispatcher {
         self.pool.queued()
     }
 
-    /// Queues the request for `mount` (found by its [`Router`](crate::net::http::Router) implementation), or says what to answer
-    /// instead. `cancel` is fired by the connection if its client leaves.
-    #[allow(clippy::too_many_arguments)]
-    pub fn dispatch(
-        &mut self,
-        conn: ConnId,
-        seq: u64,
-        mount: Option<Mount>,
-        head: RequestHead,
-        body: Vec<u8>,
-        remote: SocketAddr,
-        cancel: Cancel,
-    ) -> Result<(), Immediate> {
+    /// Queues `request` of connection `conn` for its mount (found by the [`Router`]
+    /// implementation below), or says what to answer instead. Its `cancel` is fired by the
+    /// connection if its client leaves.
+    pub fn dispatch(&mut self, conn: ConnId, request: Dispatch) -> Result<(), Immediate> {
+        let Dispatch {
+            seq,
+            head,
+            mount,
+            body,
+            peer: remote,
+            cancel,
+        } = request;
         let Some(mount) = mount else {
             return Err(Immediate {
                 status: 404,
@@ -175,20 +157,20 @@ impl Dispatcher {
     }
 }
 
-/// Where a path goes: the plugin mounted there, and its body limit (its policy's; the
-/// connection applies the server's too).
-impl crate::net::http::Router for Dispatcher {
-    fn route(&self, path: &str) -> crate::net::http::Route {
+/// Where a path goes: the plugin mounted there, and its body limit (its policy's, which is at
+/// most the server's).
+impl Router for Dispatcher {
+    fn route(&self, path: &str) -> Route {
         let mount = self.registry.route(path);
         let max_body = mount
             .as_ref()
             .map(|m| m.plugin.policy.limits.max_body_bytes);
-        crate::net::http::Route { mount, max_body }
+        Route { mount, max_body }
     }
 }
 
 /// A WebSocket's events go to the current version of its plugin.
-impl crate::net::ws_conn::Events for Dispatcher {
+impl Events for Dispatcher {
     fn event(
         &mut self,
         conn: ConnId,
@@ -197,5 +179,28 @@ impl crate::net::ws_conn::Events for Dispatcher {
         event: WsEvent,
     ) -> Result<(), Undelivered> {
         self.dispatch_event(conn, ws, plugin, event)
+    }
+}
+
+/// What the event loops hand on goes here.
+impl Handler for Dispatcher {
+    fn dispatch(&mut self, conn: ConnId, request: Dispatch) -> Result<(), Immediate> {
+        Dispatcher::dispatch(self, conn, request)
+    }
+
+    fn take_unstarted_requests(&mut self) -> Vec<(ConnId, u64)> {
+        Dispatcher::take_unstarted_requests(self)
+    }
+
+    fn run_calls_here(&self, shard: usize, loops: usize) {
+        Dispatcher::run_calls_here(self, shard, loops);
+    }
+
+    fn queued(&self) -> usize {
+        Dispatcher::queued(self)
+    }
+
+    fn another(&self) -> Box<dyn Handler> {
+        Box::new(self.clone())
     }
 }

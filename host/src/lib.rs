@@ -39,6 +39,9 @@ pub mod cluster;
 // The wasm side.
 pub mod runtime;
 
+// Where plugins' WebSocket operations go: the hub, the event loops, the cluster.
+pub mod ws_router;
+
 // Worker threads.
 pub mod pool;
 

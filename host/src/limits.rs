@@ -66,6 +66,10 @@ pub const FIBER_HOST_STACK_BYTES: usize = 1024 * 1024;
 /// million, about 50 MB of host memory per instance for a guest that leaks pollables.
 pub const GUEST_TABLE_ENTRIES: usize = 10_000;
 
+/// Elements one wasm table of an instance may grow to (function references); past it the
+/// growth fails as wasm's `table.grow` does. wasmtime's own default allows any.
+pub const GUEST_TABLE_ELEMENTS: usize = 1_000_000;
+
 /// Resolution of the clocks a plugin reads unless its policy asks for `precise_clocks`: the
 /// one browsers use against timing side channels.
 pub const GUEST_CLOCK_RESOLUTION: Duration = Duration::from_micros(100);
@@ -221,7 +225,7 @@ pub const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Bytes one write into a wasi:http body stream may carry (wasi-http's `check-write`
 /// budget). Small, so that the host memory a body buffers is bounded by its byte cap
-/// whatever the write pattern (see `runtime::proxy`).
+/// whatever the write pattern (see `runtime::engine::proxy`).
 pub const HTTP_BODY_WRITE_BYTES: usize = 4096;
 
 /// Open client connections; the one past this is accepted and closed at once.

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use crate::limits::PLUGIN_START_GRACE;
 use crate::runtime::engine::Runtime;
-use crate::runtime::plugin::{LoadError, Plugin, version_digest};
-use crate::runtime::registry::{Registry, mounts, prefix_for};
+use crate::runtime::engine::plugin::{LoadError, Plugin, version_digest};
+use crate::runtime::engine::registry::{Registry, mounts, prefix_for};
 
 /// The plugin name for a path, if it is a `.wasm` file with a usable name.
 pub fn plugin_name(path: &Path) -> Option<&str> {

@@ -186,3 +186,16 @@ impl Cancel {
         }
     }
 }
+
+/// How plugins' WebSocket messages reach the event loops that own the sockets: the pool
+/// implements it over its reply queues. `home` is the loop of the connection, as the
+/// [`Hub`](crate::hub::Hub) knows it.
+pub trait WsOut: Send + Sync + std::fmt::Debug {
+    /// A message for one connection.
+    fn send(&self, home: usize, ws: WsId, message: Outbound);
+    /// Starts the closing handshake of one connection.
+    fn close(&self, home: usize, ws: WsId, code: u16, reason: String);
+    /// One message for every subscriber of a topic (`(home, ws)`, ordered by home), as one
+    /// unit: every subscriber sees a topic's messages in one order.
+    fn publish(&self, subscribers: Vec<(usize, WsId)>, message: Outbound);
+}

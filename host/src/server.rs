@@ -14,8 +14,9 @@ use crate::net::event_loop::{Ended, EventLoop, Shared, StopHandle};
 use crate::net::shards;
 use crate::pool::WorkerPool;
 use crate::pool::reply::{Replies, reply_channel};
+use crate::runtime::engine::registry::Registry;
 use crate::runtime::engine::{Runtime, RuntimeConfig};
-use crate::runtime::registry::Registry;
+use crate::ws_router::WsRouter;
 
 /// A server that is bound and has loaded its plugins, ready to [`run`](Server::run).
 pub struct Server {
@@ -87,7 +88,7 @@ impl Server {
         )
         .context("cannot set up the wasm runtime")?;
         let registry = Arc::new(Registry::default());
-        crate::runtime::instances::start_trimming(
+        crate::runtime::engine::registry::start_trimming(
             Arc::downgrade(&registry),
             crate::limits::INSTANCE_TRIM_INTERVAL,
         )
@@ -134,13 +135,17 @@ impl Server {
         if let Some(cluster) = &cluster {
             cluster.deliver_to(hub.clone(), Arc::new(replies.clone()));
         }
+        let websockets = Arc::new(WsRouter::new(
+            hub.clone(),
+            Arc::new(replies.clone()),
+            cluster.clone(),
+        ));
         let pool = WorkerPool::new(
             config.workers,
             config.limits.queue_depth,
             config.limits.max_calls,
             replies.clone(),
-            hub.clone(),
-            cluster.clone(),
+            websockets,
             metrics.clone(),
         )
         .context("cannot start worker threads")?;
@@ -151,7 +156,7 @@ impl Server {
             reply_rxs,
             replies,
             listener,
-            dispatcher,
+            Box::new(dispatcher),
             &Shared {
                 limits: config.limits.clone(),
                 hub: hub.clone(),

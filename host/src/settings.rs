@@ -9,7 +9,7 @@
 //! - printing the effective configuration back in the file's own format ([`to_toml`]).
 //!
 //! The server's settings are in [`crate::config`], a plugin policy's in
-//! [`crate::runtime::policy`]; both use this machinery, so a file is read one way.
+//! [`crate::runtime::engine::policy`]; both use this machinery, so a file is read one way.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

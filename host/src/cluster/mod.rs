@@ -46,8 +46,7 @@ use crate::limits::{
     CLUSTER_NODE_TTL, CLUSTER_ROSTER_BATCH, CLUSTER_ROSTER_QUEUE, KV_REDIS_PING_INTERVAL,
     KV_REDIS_TIMEOUT,
 };
-use crate::message::{NODE_BITS, Outbound, WsId};
-use crate::runtime::state::WsOut;
+use crate::message::{NODE_BITS, Outbound, WsId, WsOut};
 
 /// Every channel ankh publishes on starts with this; each process subscribes to `PREFIX*`.
 const PREFIX: &str = "ankh:ps:";

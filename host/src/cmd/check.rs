@@ -10,11 +10,11 @@ use wasmtime::component::Component;
 
 use ankh::config::ServeConfig;
 use ankh::loader::plugin_name;
+use ankh::runtime::engine::plugin::Plugin;
+use ankh::runtime::engine::policy::Policy;
+use ankh::runtime::engine::registry::display_mount;
+use ankh::runtime::engine::registry::prefix_for;
 use ankh::runtime::engine::{Runtime, RuntimeConfig};
-use ankh::runtime::plugin::Plugin;
-use ankh::runtime::policy::Policy;
-use ankh::runtime::registry::display_mount;
-use ankh::runtime::registry::prefix_for;
 
 /// The report, and whether the plugin would be served.
 #[derive(Debug)]

@@ -236,12 +236,12 @@ mod tests {
     #[test]
     fn an_awaited_answer_wakes_its_future() {
         let (answer, waiting) = super::answer();
-        let t = std::thread::spawn(move || crate::runtime::exec::block_on(waiting));
+        let t = std::thread::spawn(move || crate::runtime::sandbox::exec::block_on(waiting));
         std::thread::sleep(Duration::from_millis(10));
         answer.give(7);
         assert_eq!(t.join().unwrap(), Some(7));
         let (answer, waiting) = super::answer::<u8>();
-        let t = std::thread::spawn(move || crate::runtime::exec::block_on(waiting));
+        let t = std::thread::spawn(move || crate::runtime::sandbox::exec::block_on(waiting));
         std::thread::sleep(Duration::from_millis(10));
         drop(answer);
         assert_eq!(t.join().unwrap(), None);

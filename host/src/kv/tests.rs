@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::file::{File, OpenError};
 use super::memory::Memory;
 use super::*;
-use crate::runtime::exec::block_on;
+use crate::runtime::sandbox::exec::block_on;
 
 struct TempDir(PathBuf);
 

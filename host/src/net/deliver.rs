@@ -51,28 +51,17 @@ impl EventLoop {
         };
         let ctx = HttpCtx {
             limits: &self.limits,
-            router: &self.dispatcher,
+            router: &*self.dispatcher,
             draining,
         };
         let mut step = event(conn, &ctx);
         while let Some(request) = step.dispatch.take() {
-            let http::Dispatch {
-                seq,
-                head,
-                mount,
-                body,
-                peer,
-                cancel,
-            } = request;
-            let queued = self
-                .dispatcher
-                .dispatch(conn.id, seq, mount, head, body, peer, cancel);
-            match queued {
+            match self.dispatcher.dispatch(conn.id, request) {
                 Ok(()) => {}
                 Err(immediate) => {
                     let ctx = HttpCtx {
                         limits: &self.limits,
-                        router: &self.dispatcher,
+                        router: &*self.dispatcher,
                         draining,
                     };
                     step = conn.refused(&immediate, &ctx);
@@ -107,7 +96,7 @@ impl EventLoop {
         let mut ctx = WsCtx {
             limits: &self.limits,
             hub: &self.hub,
-            events: &mut self.dispatcher,
+            events: &mut *self.dispatcher,
             codec: &mut self.codec,
         };
         let liveness = event(conn, &mut ctx);
@@ -208,11 +197,7 @@ impl EventLoop {
                             reason: String::new(),
                             clean: false,
                         };
-                        if self
-                            .dispatcher
-                            .dispatch_event(conn, ws, &plugin, close)
-                            .is_err()
-                        {
+                        if self.dispatcher.event(conn, ws, &plugin, close).is_err() {
                             warn_limited!(ws, "close event of a departed WebSocket dropped");
                         }
                         continue;

@@ -29,7 +29,6 @@ use std::collections::HashMap;
 use super::conn::Conn;
 use super::http::HttpConn;
 use super::shards::{Accepted, Lanes};
-use crate::dispatch::Dispatcher;
 use crate::hub::Hub;
 use crate::limits::Limits;
 use crate::message::{ConnId, WsId};
@@ -80,7 +79,7 @@ pub struct EventLoop {
     forward: Replies,
     pub(super) conns: Slab<Conn<TcpStream>>,
     next_serial: u64,
-    pub(super) dispatcher: Dispatcher,
+    pub(super) dispatcher: Box<dyn super::Handler>,
     pub(super) replies: ReplyRx,
     pub(super) limits: Limits,
     pub(super) hub: Arc<Hub>,
@@ -177,7 +176,7 @@ pub(super) struct Parts {
 
 /// What every loop shares.
 pub(super) struct Common {
-    pub dispatcher: Dispatcher,
+    pub dispatcher: Box<dyn super::Handler>,
     pub forward: Replies,
     pub lanes: Arc<Lanes>,
     pub command: Arc<AtomicU8>,
@@ -217,7 +216,7 @@ impl EventLoop {
             inbox,
             conns: Slab::new(),
             next_serial: 1,
-            dispatcher: common.dispatcher.clone(),
+            dispatcher: common.dispatcher.another(),
             replies,
             limits: shared.limits.clone(),
             hub: shared.hub.clone(),

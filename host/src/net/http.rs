@@ -24,13 +24,13 @@ use super::conn::{Liveness, Transport};
 use super::input::Input;
 use super::io::Step as Io;
 use super::outbuf::OutBuf;
-use crate::dispatch::Immediate;
 use crate::limits::Limits;
 use crate::message::{Cancel, ConnId};
+use crate::net::Immediate;
 use crate::proto::Version;
 use crate::proto::body::BodyDecoder;
 use crate::proto::request::RequestHead;
-use crate::runtime::registry::Mount;
+use crate::runtime::engine::registry::Mount;
 
 /// Where a path goes, and the largest body it takes.
 #[derive(Debug, Clone)]

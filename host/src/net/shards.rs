@@ -19,7 +19,6 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Poll, Waker};
 
 use super::event_loop::{Common, Ended, EventLoop, Parts, RUN, Shared, StopHandle};
-use crate::dispatch::Dispatcher;
 use crate::pool::reply::{Replies, ReplyRx};
 
 /// A connection loop 0 accepted for another loop.
@@ -76,7 +75,7 @@ pub fn build(
     replies: Vec<ReplyRx>,
     forward: Replies,
     listener: TcpListener,
-    dispatcher: Dispatcher,
+    dispatcher: Box<dyn super::Handler>,
     shared: &Shared,
 ) -> io::Result<(Vec<EventLoop>, StopHandle)> {
     let inboxes: Vec<(Sender<Accepted>, Receiver<Accepted>)> = seats

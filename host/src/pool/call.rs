@@ -12,16 +12,16 @@ use std::sync::atomic::Ordering;
 
 use crate::access::Access;
 use crate::message::{ConnId, WsEvent, WsId};
+use crate::pool::exchange::{Exchange, Origin, Responder};
 use crate::pool::job::{EventJob, RequestJob};
 use crate::pool::reply::{Inflated, Replies, Reply};
 use crate::proto::{header, ws};
 use crate::runtime::bindings::types;
-use crate::runtime::call::{CallContext, Origin, Responder};
-use crate::runtime::incoming::Incoming;
-use crate::runtime::instance::{Failure, Instance, InvokeError};
-use crate::runtime::packed::Answer;
-use crate::runtime::plugin::Plugin;
-use crate::runtime::state::WsLink;
+use crate::runtime::engine::incoming::Incoming;
+use crate::runtime::engine::instance::{Failure, Instance, InvokeError};
+use crate::runtime::engine::packed::Answer;
+use crate::runtime::engine::plugin::Plugin;
+use crate::ws_router::WsRouter;
 
 /// Close code for a WebSocket whose plugin failed while handling one of its events.
 const CLOSE_INTERNAL_ERROR: u16 = crate::proto::frame::close_code::INTERNAL_ERROR;
@@ -70,7 +70,7 @@ impl Fallback {
             } => {
                 tracing::error!(%plugin, "worker panicked while serving a request");
                 let to = to_connection(reply, conn, seq);
-                let mut call = CallContext::new(*origin, plugin, to);
+                let mut call = Exchange::new(*origin, plugin, to);
                 call.respond_error(500, "internal error in the ankh host");
             }
             Fallback::Event { conn, ws, plugin } => {
@@ -89,12 +89,12 @@ impl Fallback {
 pub(super) struct Call {
     plugin: Arc<Plugin>,
     reply: Replies,
-    link: WsLink,
+    link: Arc<WsRouter>,
     instance: Option<Instance>,
 }
 
 impl Call {
-    pub(super) fn new(plugin: Arc<Plugin>, reply: Replies, link: WsLink) -> Self {
+    pub(super) fn new(plugin: Arc<Plugin>, reply: Replies, link: Arc<WsRouter>) -> Self {
         let instance = if plugin.policy.fresh_instances {
             None
         } else {
@@ -201,7 +201,7 @@ impl Call {
         let plugin = self.plugin.clone();
         let (conn, seq) = (job.conn, job.seq);
         let to = to_connection(&self.reply, conn, seq);
-        let mut call = CallContext::new(origin, plugin.name.clone(), to);
+        let mut call = Exchange::new(origin, plugin.name.clone(), to);
         if job.cancel.is_cancelled() {
             // The client left while the request waited in the queue: nobody wants the answer.
             plugin.metrics.cancellations.fetch_add(1, Ordering::Relaxed);
@@ -288,7 +288,7 @@ impl Call {
         &mut self,
         request: &mut Incoming,
         upgrade: types::Upgrade,
-        call: &mut CallContext,
+        call: &mut Exchange<ToConnection>,
         (conn, seq): (ConnId, u64),
     ) {
         let plugin = self.plugin.clone();
@@ -336,9 +336,8 @@ impl Call {
         let extension = deflate.map(|d| d.response());
         let bytes =
             ws::switching_protocols(&accept, protocol.as_deref(), extension.as_deref(), &extra);
-        let ws_id = self.link.hub.open(&plugin.name, conn.shard);
-        call.mark_upgraded();
-        call.log_upgrade();
+        let ws_id = self.link.hub().open(&plugin.name, conn.shard);
+        call.upgraded();
         let reply = self.reply.to(conn.shard).clone();
         reply.send(Reply::Upgrade {
             conn,
@@ -431,7 +430,7 @@ impl Drop for Call {
 }
 
 /// A response for request `seq` of `conn`, through the reply queue of its event loop.
-struct ToConnection {
+pub(super) struct ToConnection {
     conn: ConnId,
     seq: u64,
     reply: crate::pool::reply::ReplyTx,
@@ -450,12 +449,12 @@ impl Responder for ToConnection {
 
 /// Where a call's response goes: request `seq` of connection `conn`, through the reply
 /// queue of its loop.
-fn to_connection(reply: &Replies, conn: ConnId, seq: u64) -> Box<dyn Responder> {
-    Box::new(ToConnection {
+fn to_connection(reply: &Replies, conn: ConnId, seq: u64) -> ToConnection {
+    ToConnection {
         conn,
         seq,
         reply: reply.to(conn.shard).clone(),
-    })
+    }
 }
 
 fn origin(job: &RequestJob) -> Origin {

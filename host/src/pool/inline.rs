@@ -11,7 +11,7 @@
 //!
 //! Mummy's rule still holds: a handler never stalls the other connections of its loop for
 //! long. Waits hold no thread at all, and a guest still computing at an epoch tick yields
-//! (`runtime::exec::others_ready` is always true on a loop) and is handed on to the worker
+//! (`runtime::sandbox::exec::others_ready` is always true on a loop) and is handed on to the worker
 //! pool, where it finishes beside the other CPU-bound calls. A loop is thus held by one guest
 //! for at most one epoch tick.
 //!
@@ -34,13 +34,13 @@ use super::tasks::{Polled, Running, Tasks, running};
 use super::worker::CallSlots;
 use crate::message::WsEvent;
 use crate::proto::ws_deflate::Codec;
-use crate::runtime::state::WsLink;
-use crate::runtime::timer::Local;
+use crate::runtime::sandbox::timer::Local;
+use crate::ws_router::WsRouter;
 
 /// What a loop needs to run calls: shared with the pool.
 pub(super) struct Parts {
     pub reply: Replies,
-    pub link: WsLink,
+    pub link: Arc<WsRouter>,
     pub slots: Arc<CallSlots>,
     /// The workers' queue, for calls handed on.
     pub queue: Sender<Box<Job>>,
@@ -76,7 +76,7 @@ pub(super) fn install(parts: Arc<Parts>, shard: usize, budget: Option<Duration>)
         }
     });
     let tasks = Tasks::new(parts.reply.clone(), parts.slots.clone(), signal, true);
-    crate::runtime::exec::set_executor(crate::runtime::exec::Executor {
+    crate::runtime::sandbox::exec::set_executor(crate::runtime::sandbox::exec::Executor {
         ready: tasks.ready_flag(),
         // A guest computing on a loop always gives the loop back at a tick.
         waiting: Box::new(|| true),

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use crate::message::{Cancel, ConnId, WsEvent, WsId};
-use crate::runtime::incoming::Incoming;
-use crate::runtime::plugin::Plugin;
+use crate::runtime::engine::incoming::Incoming;
+use crate::runtime::engine::plugin::Plugin;
 
 /// Work for a worker: a request, or an event of a WebSocket connection, or a call an event
 /// loop started and hands on because its guest computes (see [`super::inline`]).
@@ -28,7 +28,7 @@ pub struct RequestJob {
     /// When the request was complete, for the access log's duration.
     pub received: std::time::Instant,
     /// The plugin's concurrency slot, held until the request is handled.
-    pub slot: Option<crate::runtime::plugin::InFlight>,
+    pub slot: Option<crate::runtime::engine::plugin::InFlight>,
     /// Fired by the I/O thread when the client disconnects: the call ends at once.
     pub cancel: Cancel,
 }

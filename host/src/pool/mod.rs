@@ -12,6 +12,7 @@
 //! and the client gets 503 + `Retry-After`, rather than the host queueing without bound.
 
 mod call;
+pub mod exchange;
 pub mod inline;
 pub mod job;
 pub mod reply;
@@ -23,8 +24,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use crate::pool::job::Job;
 use std::sync::Arc;
 
-use crate::hub::Hub;
-use crate::runtime::state::WsLink;
+use crate::ws_router::WsRouter;
 use reply::Replies;
 
 /// The queue is full.
@@ -52,7 +52,7 @@ impl std::fmt::Debug for inline::Parts {
 impl WorkerPool {
     /// Starts `workers` threads sharing a queue of `queue_depth` jobs. They send what comes
     /// of each job through `reply` (to the event loop of its connection); their plugins reach
-    /// WebSockets through `hub` and `reply`.
+    /// WebSockets through `link`.
     /// Calls in flight across the workers are bounded by `max_calls` (counted in
     /// `metrics.calls_in_flight`).
     pub fn new(
@@ -60,17 +60,11 @@ impl WorkerPool {
         queue_depth: usize,
         max_calls: usize,
         reply: Replies,
-        hub: Arc<Hub>,
-        cluster: Option<Arc<crate::cluster::Cluster>>,
+        link: Arc<WsRouter>,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> std::io::Result<Self> {
         let (tx, rx) = crossbeam_channel::bounded::<Box<Job>>(queue_depth);
         let slots = Arc::new(worker::CallSlots::new(max_calls, metrics.clone()));
-        let link = WsLink {
-            hub,
-            out: Arc::new(reply.clone()),
-            cluster,
-        };
         let inline = Arc::new(inline::Parts {
             reply: reply.clone(),
             link: link.clone(),

@@ -183,7 +183,7 @@ impl Replies {
 
 /// Plugins' WebSocket messages go out through the reply queue of the connection's loop, like
 /// responses.
-impl crate::runtime::state::WsOut for Replies {
+impl crate::message::WsOut for Replies {
     fn send(&self, home: usize, ws: WsId, message: Outbound) {
         self.to(home).send(Reply::Send { ws, message });
     }

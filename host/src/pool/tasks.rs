@@ -22,7 +22,7 @@ use super::worker::CallSlots;
 use crate::message::{Compressed, DeflateWindow, WsEvent, WsMessage};
 use crate::proto::frame::Violation;
 use crate::proto::ws_deflate::{Codec, InflateError};
-use crate::runtime::state::WsLink;
+use crate::ws_router::WsRouter;
 
 /// A call in flight, wherever it is polled: its future (the guest on a fiber, suspended or
 /// not), and how to answer for it should the host panic while running it. It holds one of
@@ -44,7 +44,7 @@ impl std::fmt::Debug for Running {
 pub(super) fn running(
     job: Job,
     reply: &Replies,
-    link: &WsLink,
+    link: &Arc<WsRouter>,
     codec: &mut Codec,
     slots: &CallSlots,
 ) -> Running {
@@ -134,7 +134,7 @@ struct TaskId {
 struct ReadyList {
     ids: Mutex<Vec<TaskId>>,
     /// True while `ids` is not empty: read by the epoch check of a computing guest (see
-    /// [`crate::runtime::exec::others_ready`]).
+    /// [`crate::runtime::sandbox::exec::others_ready`]).
     any: Arc<AtomicBool>,
     /// Wakes the thread when the first id of a batch arrives.
     signal: Box<dyn Fn() + Send + Sync>,
@@ -294,12 +294,12 @@ impl Tasks {
         }
         let waker = task.waker.clone();
         let mut cx = Context::from_waker(&waker);
-        crate::runtime::exec::take_yield();
+        crate::runtime::sandbox::exec::take_yield();
         let polled = catch_unwind(AssertUnwindSafe(|| {
             task.running.future.as_mut().poll(&mut cx)
         }));
         if let Ok(Poll::Pending) = polled {
-            if self.hand_off_computing && crate::runtime::exec::take_yield() {
+            if self.hand_off_computing && crate::runtime::sandbox::exec::take_yield() {
                 return Polled::Computing(self.slab.remove(id.slot).running);
             }
             return Polled::Stays;

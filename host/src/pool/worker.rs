@@ -15,10 +15,10 @@
 //! - Calls in flight across all workers are bounded by `max_calls`: a worker takes a permit
 //!   ([`CallSlots`]) before it takes a job, and the call gives it back when it is over. While
 //!   none is free a worker only resumes its own calls, and new jobs wait in the queue.
-//! - The worker serves its calls' deadlines itself (`runtime::timer::Local`): it sleeps no
+//! - The worker serves its calls' deadlines itself (`runtime::sandbox::timer::Local`): it sleeps no
 //!   longer than the earliest, and fires the due ones when it wakes.
 //! - A guest that computes yields its thread at an epoch tick when other calls of its worker
-//!   are ready or due, or jobs wait in the queue (see `runtime::exec::others_ready`), so a
+//!   are ready or due, or jobs wait in the queue (see `runtime::sandbox::exec::others_ready`), so a
 //!   long computation delays them by at most one tick: a handler that computes never stalls
 //!   the others, however few the workers.
 //!
@@ -34,8 +34,8 @@ use super::tasks::{Polled, Tasks, running};
 use crate::pool::job::Job;
 use crate::pool::reply::Replies;
 use crate::proto::ws_deflate::Codec;
-use crate::runtime::state::WsLink;
-use crate::runtime::timer::Local;
+use crate::runtime::sandbox::timer::Local;
+use crate::ws_router::WsRouter;
 
 /// How long a worker with calls in flight but no deadline sleeps before it looks again
 /// (their waits wake it; this only bounds a wait that nothing would end).
@@ -80,7 +80,7 @@ impl CallSlots {
 pub(super) struct Worker {
     /// The event loops' reply queues; a reply goes to the loop of its connection.
     reply: Replies,
-    link: WsLink,
+    link: Arc<WsRouter>,
     slots: Arc<CallSlots>,
     /// Inflates compressed WebSocket messages (its inflater is made on first use).
     codec: Codec,
@@ -91,7 +91,7 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    pub(super) fn new(reply: Replies, link: WsLink, slots: Arc<CallSlots>) -> Self {
+    pub(super) fn new(reply: Replies, link: Arc<WsRouter>, slots: Arc<CallSlots>) -> Self {
         let (signal, wakeups): (Sender<()>, _) = crossbeam_channel::bounded(1);
         let signal = Box::new(move || {
             let _ = signal.try_send(());
@@ -109,7 +109,7 @@ impl Worker {
 
     pub(super) fn run(mut self, rx: Receiver<Box<Job>>) {
         let queue = rx.clone();
-        crate::runtime::exec::set_executor(crate::runtime::exec::Executor {
+        crate::runtime::sandbox::exec::set_executor(crate::runtime::sandbox::exec::Executor {
             ready: self.tasks.ready_flag(),
             waiting: Box::new(move || !queue.is_empty()),
         });

@@ -1,7 +1,7 @@
 //! Host bindings generated from the WIT: the current `plugin` world (`wit/plugin.wit`,
 //! `ankh:plugin@0.2.0`) at the top level, the 0.1.0 world that older plugins target in
 //! [`legacy`], and the standard `wasi:keyvalue` interfaces in [`keyvalue`]. Their imports are
-//! traits the host implements (see [`super::state`], [`super::kv_host`], [`super::legacy`]).
+//! traits the host implements (see [`crate::runtime::sandbox::store`], [`crate::runtime::host::kv`], [`crate::runtime::host::legacy`]).
 
 wasmtime::component::bindgen!({
     path: "../wit",
@@ -71,7 +71,7 @@ pub mod keyvalue {
             "wasi:keyvalue/batch.delete-many": async,
         },
         with: {
-            "wasi:keyvalue/store.bucket": crate::runtime::kv_host::Bucket,
+            "wasi:keyvalue/store.bucket": crate::runtime::host::kv::Bucket,
         },
     });
 }

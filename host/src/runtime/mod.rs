@@ -1,52 +1,34 @@
 //! The wasm side of the host: compiling plugins, instantiating them, calling them under limits.
 //!
-//! Knows nothing of sockets, queues or threads beyond its own epoch ticker.
+//! Three rooms, and one vocabulary they share:
 //!
-//! - [`engine`]: the wasmtime `Engine` and `Linker`, the pooling allocator, the epoch ticker;
-//! - [`plugin`]: a compiled, pre-instantiated plugin and its load errors;
-//! - [`policy`]: what one plugin may do and use (its `NAME.toml`);
-//! - [`registry`]: which plugin serves which path;
-//! - [`instance`]: a live instance, and one call on it (a future, on a fiber) under limits;
-//! - [`instances`]: the idle instances of a plugin, shared by the workers;
-//! - [`exec`]: running a call (a future on a fiber) to completion from synchronous code;
-//! - [`failure`]: how a call failed, for the client and for the log;
-//! - [`guest_limits`]: every bound a plugin's instances and calls run under, in one place;
-//! - [`state`]: the store data and the host side of the WIT imports;
-//! - [`call`]: the request a call is answering, and sending its response;
-//! - [`kv_host`]: the key-value imports (`kv`, `wasi:keyvalue`) over the plugin's namespace;
-//! - [`world`]: which world a plugin targets (0.2.0, 0.1.0 or `wasi:http/proxy`), and calling it;
-//! - [`proxy`]: serving a `wasi:http/proxy` component from a buffered request;
-//! - [`outbound`]: outbound HTTP (`wasi:http/outgoing-handler`), pooled and bounded;
-//! - [`http_grants`]: which origins a plugin may call, and which addresses it may reach;
-//! - [`legacy`]: the imports of 0.1.0, so older plugins run unchanged;
-//! - [`stdio`]: plugin stdout/stderr, captured into the host's log;
-//! - [`timer`]: precise guest sleeps (replaces WASI's millisecond-rounded monotonic-clock timer);
-//! - [`watch`]: a call's wall-clock deadline and its cancellation when the client leaves;
-//! - [`waits`]: every blocking wait of a guest, bounded by its call's watch;
-//! - [`clocks`]: the clocks plugins read, coarsened by default.
+//! - [`engine`]: how a component is compiled, linked and called. The wasmtime `Engine` and
+//!   `Linker`, a loaded [`Plugin`] and its [`Policy`], the [`Registry`] of mounts, the
+//!   worlds a plugin may target and their calling conventions (`packed`, `incoming`,
+//!   `proxy`), and a plugin's live instances.
+//! - [`sandbox`]: what bounds a call. The data of every store (`store`), the memory cap and
+//!   the CPU budget (`caps`), the limits of one plugin in one place (`guest_limits`), the
+//!   wall-clock watch, the waits that it bounds, the guest timer, the clocks, and how a call
+//!   failed.
+//! - [`host`]: what a guest may import, one file per interface (`log`, `http`, `websocket`,
+//!   `kv`, `stdio`, `legacy`, outbound HTTP and its grants).
+//! - [`bindings`]: the types `bindgen!` generates from the WIT, which all three use.
+//!
+//! The engine uses the sandbox and the host; the host side of each import works on the
+//! sandbox's store data; neither reaches back into the engine. The runtime knows nothing of
+//! sockets, event loops or worker queues: answers leave through [`host::http::Respond`] and
+//! WebSocket messages through [`host::websocket::WebSockets`], which the pool and the server
+//! implement. Its threads are its tickers: the epoch ticker (`engine`, one per engine), the
+//! guest timer (`sandbox::timer`, one, for precise sleeps) and the idle-instance trimmer
+//! (`engine::registry`, one per registry).
 
 pub mod bindings;
-pub mod call;
-pub mod clocks;
 pub mod engine;
-pub mod exec;
-pub mod failure;
-pub mod guest_limits;
-pub mod http_grants;
-pub mod incoming;
-pub mod instance;
-pub mod instances;
-pub mod kv_host;
-pub mod legacy;
-pub mod outbound;
-pub mod packed;
-pub mod plugin;
-pub mod policy;
-pub mod proxy;
-pub mod registry;
-pub mod state;
-pub mod stdio;
-pub mod timer;
-pub mod waits;
-pub mod watch;
-pub mod world;
+pub mod host;
+pub mod sandbox;
+
+pub use engine::instance::Instance;
+pub use engine::plugin::{LoadError, Plugin};
+pub use engine::policy::Policy;
+pub use engine::registry::{Mount, Registry};
+pub use engine::{Runtime, RuntimeConfig};

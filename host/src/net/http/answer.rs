@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::{HttpConn, State, Transport};
 use crate::access::Access;
-use crate::dispatch::Immediate;
+use crate::net::Immediate;
 use crate::proto::request::RequestHead;
 use crate::proto::response::{self, RequestMeta};
 use crate::proto::{ProtoError, Version};

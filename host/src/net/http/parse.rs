@@ -4,14 +4,14 @@
 use std::time::Instant;
 
 use super::{Dispatch, HttpConn, HttpCtx, State, Transport};
-use crate::dispatch::Immediate;
 use crate::limits::LINGER_MAX_BYTES;
 use crate::message::Cancel;
+use crate::net::Immediate;
 use crate::proto::body::BodyDecoder;
 use crate::proto::request::{self, Framing, RequestHead};
 use crate::proto::response;
 use crate::proto::{ProtoError, Status};
-use crate::runtime::registry::Mount;
+use crate::runtime::engine::registry::Mount;
 
 impl<S: Transport> HttpConn<S> {
     /// One step of protocol work on buffered input. Returns whether anything changed.

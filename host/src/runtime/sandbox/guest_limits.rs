@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use wasmtime::Store;
 
-use super::policy::Policy;
-use super::state::HostState;
-use crate::limits;
+use crate::limits::{self, Limits};
+use crate::runtime::sandbox::store::HostState;
 
 /// The bounds of one plugin's instances and calls.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,10 +43,9 @@ pub struct GuestLimits {
 }
 
 impl GuestLimits {
-    /// The bounds of a plugin with `policy` (whose limits are the server's, as the policy
-    /// may override them).
-    pub fn for_plugin(policy: &Policy) -> Self {
-        let l = &policy.limits;
+    /// The bounds of a plugin whose limits are `l` (the server's, as its policy may override
+    /// them), with clocks at full resolution if `precise_clocks`.
+    pub fn for_plugin(l: &Limits, precise_clocks: bool) -> Self {
         GuestLimits {
             memory_bytes: l.guest_memory_bytes,
             table_entries: limits::GUEST_TABLE_ENTRIES,
@@ -61,7 +59,7 @@ impl GuestLimits {
             ws_max_topic_bytes: limits::WS_MAX_TOPIC_BYTES,
             ws_max_topics_per_connection: limits::WS_MAX_TOPICS_PER_CONNECTION,
             log_message_bytes: limits::GUEST_LOG_MESSAGE_BYTES,
-            clock_resolution: if policy.precise_clocks {
+            clock_resolution: if precise_clocks {
                 Duration::from_nanos(1)
             } else {
                 limits::GUEST_CLOCK_RESOLUTION
@@ -81,12 +79,12 @@ pub fn configure_store(store: &mut Store<HostState>) {
         let tick = state.limits.epoch_tick;
         let within_budget = state.budget.tick(tick);
         if within_budget && state.watch.check(std::time::Instant::now()).is_none() {
-            if super::exec::others_ready() {
+            if crate::runtime::sandbox::exec::others_ready() {
                 // A guest that computes gives its thread, once a tick, to calls of the same
                 // worker that are ready to resume and to jobs waiting to start, rather than
                 // holding it until it is done.
                 state.budget.yielded();
-                super::exec::note_yield();
+                crate::runtime::sandbox::exec::note_yield();
                 Ok(wasmtime::UpdateDeadline::Yield(1))
             } else {
                 Ok(wasmtime::UpdateDeadline::Continue(1))

@@ -4,9 +4,9 @@
 //! copied in through its own call of the guest's allocator. The answer of `handle` comes out
 //! as one, read in place ([`Answer::decode`]) instead of lifted field by field.
 
-use super::bindings::types;
-use super::incoming::Incoming;
 use crate::proto::Version;
+use crate::runtime::bindings::types;
+use crate::runtime::engine::incoming::Incoming;
 
 /// The interface a component exports to be called this way.
 pub const INTERFACE: &str = "ankh:plugin/packed-handler@0.2.0";
@@ -224,7 +224,7 @@ mod tests {
 
     #[test]
     fn the_head_follows_the_documented_layout() {
-        let request = super::super::incoming::tests::incoming(
+        let request = crate::runtime::engine::incoming::tests::incoming(
             b"GET /m/x HTTP/1.1\r\nHost: h\r\nX-Bin: \xffh\r\n\r\n",
             b"not in the head",
         );
@@ -248,7 +248,8 @@ mod tests {
 
     #[test]
     fn a_long_address_fits_the_reservation() {
-        let mut request = super::super::incoming::tests::incoming(b"GET / HTTP/1.0\r\n\r\n", b"");
+        let mut request =
+            crate::runtime::engine::incoming::tests::incoming(b"GET / HTTP/1.0\r\n\r\n", b"");
         request.remote = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff%4294967295]:65535"
             .parse()
             .unwrap();

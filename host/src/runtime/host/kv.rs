@@ -7,11 +7,11 @@ use std::collections::VecDeque;
 
 use wasmtime::component::{HasSelf, Linker, Resource};
 
-use super::bindings::ankh::plugin::kv;
-use super::bindings::keyvalue::wasi::keyvalue::{atomics, batch, store};
-use super::state::HostState;
 use crate::kv::KvError;
 use crate::limits::KV_WASI_CURSORS;
+use crate::runtime::bindings::ankh::plugin::kv;
+use crate::runtime::bindings::keyvalue::wasi::keyvalue::{atomics, batch, store};
+use crate::runtime::sandbox::store::HostState;
 
 impl From<KvError> for kv::Error {
     fn from(e: KvError) -> Self {

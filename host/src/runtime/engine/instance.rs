@@ -1,7 +1,7 @@
 //! A live plugin instance, reused across calls (one at a time), and one call on it.
 //!
 //! Reuse is the fast path (about a microsecond a call, against tens for a fresh instance).
-//! Between calls an instance waits in its plugin's [`InstancePool`](super::instances). Any
+//! Between calls an instance waits in its plugin's [`InstancePool`](crate::runtime::engine::instances). Any
 //! failure inside a call (a trap, the CPU deadline, the memory cap) poisons the instance: the
 //! caller drops it and the next request gets a fresh one.
 //!
@@ -13,16 +13,17 @@ use std::sync::atomic::Ordering;
 
 use wasmtime::Store;
 
-use super::bindings::types;
-use super::call::CallContext;
-use super::failure::classify;
-pub use super::failure::{Failure, InvokeError};
-use super::packed::Returned;
-use super::plugin::Plugin;
-use super::state::{HostState, WsLink};
-use super::watch::Cancel;
-use super::world::Exports;
 use crate::message::{WsEvent, WsId, WsMessage};
+use crate::runtime::bindings::types;
+use crate::runtime::engine::packed::Returned;
+use crate::runtime::engine::plugin::Plugin;
+use crate::runtime::engine::world::Exports;
+use crate::runtime::host::http::{Respond, take_back};
+use crate::runtime::host::websocket::WebSockets;
+use crate::runtime::sandbox::failure::classify;
+pub use crate::runtime::sandbox::failure::{Failure, InvokeError};
+use crate::runtime::sandbox::store::HostState;
+use crate::runtime::sandbox::watch::Cancel;
 
 /// One instance of one plugin version.
 pub struct Instance {
@@ -44,7 +45,7 @@ impl Drop for Instance {
 impl Instance {
     /// A fresh instance of `plugin`. Instantiating runs the guest's start code, under a call's
     /// limits.
-    pub async fn new(plugin: &Plugin, ws: WsLink) -> Result<Instance, Failure> {
+    pub async fn new(plugin: &Plugin, ws: Arc<dyn WebSockets>) -> Result<Instance, Failure> {
         let (store, bindings) = plugin.new_store_and_instantiate(Some(ws)).await?;
         let metrics = plugin.metrics.clone();
         metrics.live_instances.fetch_add(1, Ordering::Relaxed);
@@ -58,27 +59,27 @@ impl Instance {
         })
     }
 
-    /// Calls `handle-request` with `call` as the request being answered. Returns the outcome
-    /// and gives the call context back. `request` keeps everything but its body, which may
-    /// have been moved into the guest.
-    pub async fn handle_request(
+    /// Calls `handle-request` with `call` as where the answer goes (an early `http.respond`
+    /// answers through it). Returns the outcome and gives the exchange back. `request` keeps
+    /// everything but its body, which may have been moved into the guest.
+    pub async fn handle_request<R: Respond>(
         &mut self,
-        request: &mut super::incoming::Incoming,
-        call: CallContext,
+        request: &mut crate::runtime::engine::incoming::Incoming,
+        call: R,
         cancel: Cancel,
-    ) -> (Result<Returned, Failure>, CallContext) {
+    ) -> (Result<Returned, Failure>, R) {
         self.arm(Some(cancel));
         let data = self.store.data_mut();
-        data.tags.request.store(call.request_id, Ordering::Relaxed);
-        data.call = Some(call);
+        data.tags.request.store(request.id, Ordering::Relaxed);
+        data.call = Some(Box::new(call));
         let result = self.bindings.handle_request(&mut self.store, request).await;
         let data = self.store.data_mut();
         data.tags.request.store(0, Ordering::Relaxed);
         let call = data
             .call
             .take()
-            .expect("call context is restored after the call");
-        (result.map_err(|e| self.classify(e)), call)
+            .expect("the exchange is back in the store after the call");
+        (result.map_err(|e| self.classify(e)), take_back(call))
     }
 
     /// Delivers the open event of WebSocket `ws`, with the request that asked for it.

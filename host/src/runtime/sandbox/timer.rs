@@ -5,7 +5,7 @@
 //! itself sleeps in whole milliseconds. A guest's `std::thread::sleep(10 ms)` took 11.6 ms at
 //! the median under load, which capped a handler that waits 10 ms at 85% of its ceiling.
 //!
-//! [`super::waits`] replaces those two functions with [`subscribe`] (the rest of WASI is
+//! [`crate::runtime::sandbox::waits`] replaces those two functions with [`subscribe`] (the rest of WASI is
 //! untouched). The pollable is an ordinary [`Pollable`], so `wasi:io/poll` can wait on it
 //! together with sockets and streams. A deadline is served where it is polled:
 //! - on a worker thread, by the worker itself ([`Local`]): the worker sleeps no longer than its

@@ -4,9 +4,9 @@
 use wasmtime::Trap;
 use wasmtime::component::ResourceTableError;
 
-use super::state::HostState;
-use super::watch::{Stop, Stopped};
 use crate::limits::GUEST_TABLE_ENTRIES;
+use crate::runtime::sandbox::store::HostState;
+use crate::runtime::sandbox::watch::{Stop, Stopped};
 
 /// Why a call failed. Each maps to one status code, and says what happened in one line: the
 /// body of the error page is this, the wasm backtrace goes to the log only.

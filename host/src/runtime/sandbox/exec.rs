@@ -79,7 +79,7 @@ pub fn others_ready() -> bool {
     EXECUTOR.with(|cell| {
         cell.get()
             .is_some_and(|e| e.ready.load(Ordering::Relaxed) || (e.waiting)())
-    }) || super::timer::Local::due(std::time::Instant::now())
+    }) || crate::runtime::sandbox::timer::Local::due(std::time::Instant::now())
 }
 
 #[cfg(test)]
@@ -90,7 +90,7 @@ mod tests {
     #[test]
     fn waits_for_a_wake_from_another_thread() {
         let started = Instant::now();
-        let timer = super::super::timer::Deadline::after(Duration::from_millis(5));
+        let timer = crate::runtime::sandbox::timer::Deadline::after(Duration::from_millis(5));
         let mut timer = timer;
         block_on(std::future::poll_fn(|cx| timer.poll_ready(cx)));
         assert!(started.elapsed() >= Duration::from_millis(5));

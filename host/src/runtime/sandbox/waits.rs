@@ -1,13 +1,13 @@
-//! Every blocking wait of a guest, bounded by its call's [`Watch`](super::watch::Watch).
+//! Every blocking wait of a guest, bounded by its call's [`Watch`](crate::runtime::sandbox::watch::Watch).
 //!
 //! A guest blocks in exactly these WASI functions: `wasi:io/poll.poll`, `pollable.block`, and
 //! the `blocking-*` methods of `wasi:io/streams` (a sleep is a clock pollable plus `block` or
 //! `poll`; a blocking socket read is `blocking-read`). This module replaces them with
 //! asynchronous host functions: the same futures wasmtime-wasi waits on, raced against
-//! [`Watch::stopped`](super::watch::Watch::stopped). While one waits, the call's fiber is
+//! [`Watch::stopped`](crate::runtime::sandbox::watch::Watch::stopped). While one waits, the call's fiber is
 //! suspended and the worker thread runs other calls; when the call's wall-clock deadline
 //! passes or its client disconnects, the wait ends at once with a trap. The clock pollables a guest waits on come from ankh's own timer
-//! ([`super::timer`]), which wakes on time. Everything else of WASI is untouched.
+//! ([`crate::runtime::sandbox::timer`]), which wakes on time. Everything else of WASI is untouched.
 
 use std::future::Future;
 
@@ -21,9 +21,9 @@ use wasmtime_wasi::p2::bindings::io::streams::{HostInputStream as _, HostOutputS
 use wasmtime_wasi::p2::bindings::sync::io::streams::{Host as _, StreamError as WitStreamError};
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, StreamResult};
 
-use super::state::HostState;
-use super::timer;
-use super::watch::{Stopped, race};
+use crate::runtime::sandbox::store::HostState;
+use crate::runtime::sandbox::timer;
+use crate::runtime::sandbox::watch::{Stopped, race};
 
 /// The version of the WASI interfaces whose functions are replaced: the one wasmtime-wasi
 /// links (guests importing an older 0.2.x are matched to it). Unit tests check it.
@@ -81,7 +81,7 @@ where
 }
 
 /// A wait that may have suspended the call: the worker ran other calls meanwhile, so the CPU
-/// budget's clock starts again from now (see [`super::state::CpuBudget::resumed`]), and the
+/// budget's clock starts again from now (see [`crate::runtime::sandbox::store::CpuBudget::resumed`]), and the
 /// epoch check is pushed a tick ahead: the epoch moved while the call waited, and a call just
 /// resumed has nothing to yield for.
 fn resumed(store: &mut Store<'_>) {

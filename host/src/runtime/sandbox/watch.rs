@@ -1,11 +1,11 @@
 //! When a plugin call must end before the guest says so: at its wall-clock deadline, or when
 //! the client that asked for it has gone.
 //!
-//! The CPU deadline (see [`super::state::CpuBudget`]) only counts time the guest spends
+//! The CPU deadline (see [`crate::runtime::sandbox::caps::CpuBudget`]) only counts time the guest spends
 //! running; a guest that sleeps or waits is not charged for it. A [`Watch`] bounds the whole
 //! call in wall-clock time and lets the I/O thread cancel it. It is enforced in two places:
 //! - every wait of the guest goes through the host (`wasi:io/poll`, `pollable.block`, the
-//!   blocking stream calls; see [`super::waits`]), which races the wait against [`Watch::stopped`];
+//!   blocking stream calls; see [`crate::runtime::sandbox::waits`]), which races the wait against [`Watch::stopped`];
 //! - the epoch callback, which finds a guest that computes instead of waiting.
 //!
 //! Either way the call traps, the instance is discarded, and the worker is free at once.
@@ -15,8 +15,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::timer::Deadline;
 pub use crate::message::Cancel;
+use crate::runtime::sandbox::timer::Deadline;
 
 /// Why a call was stopped from outside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,7 +34,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use crate::config::LimitSetting;
 use crate::limits::{HasLimits, Limits};
@@ -56,7 +56,7 @@ pub struct Policy {
     /// Outbound TCP destinations allowed.
     pub network: Vec<SocketAddr>,
     /// Origins outbound HTTP may reach.
-    pub http: super::http_grants::HttpGrants,
+    pub http: crate::runtime::host::grants::HttpGrants,
     /// Clocks at full resolution instead of [`crate::limits::GUEST_CLOCK_RESOLUTION`] steps.
     pub precise_clocks: bool,
     /// A fresh instance for every call.
@@ -77,12 +77,23 @@ pub struct Policy {
 }
 
 /// A host directory made visible to the plugin.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Preopen {
     pub host: PathBuf,
     pub guest: String,
     pub writable: bool,
+    /// The directory, opened when the policy was read: every instance is given this one,
+    /// whatever happens to `host` afterwards.
+    pub opened: Arc<std::fs::File>,
 }
+
+impl PartialEq for Preopen {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.host, &self.guest, self.writable) == (&other.host, &other.guest, other.writable)
+    }
+}
+
+impl Eq for Preopen {}
 
 /// A policy file that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -253,9 +264,12 @@ static OWN: &[Setting<Policy>] = &[
             let grants = v
                 .list()
                 .iter()
-                .map(|g| super::http_grants::HttpGrant::parse(g))
+                .map(|g| crate::runtime::host::grants::HttpGrant::parse(g))
                 .collect::<Result<_, _>>()?;
-            set(&mut p.http, super::http_grants::HttpGrants::new(grants))
+            set(
+                &mut p.http,
+                crate::runtime::host::grants::HttpGrants::new(grants),
+            )
         },
         read: |p| Value::List(p.http.iter().map(ToString::to_string).collect()),
     },
@@ -416,31 +430,24 @@ impl Policy {
             let host = base.join(&entry["host"]);
             let guest = entry["guest"].clone();
             let flag = |key: &str| entry.get(key).is_some_and(|v| v == "true");
-            if !host.is_dir() {
-                return Err(bad(
-                    "capabilities.dirs",
-                    format!("{} is not a directory", host.display()),
-                ));
-            }
-            if !flag("allow_outside") && !inside(&host, base) {
-                return Err(bad(
-                    "capabilities.dirs",
-                    format!(
-                        "{} is outside the plugins directory (set allow_outside = true to grant it anyway)",
-                        host.display()
-                    ),
-                ));
-            }
             if !guest.starts_with('/') {
                 return Err(bad(
                     "capabilities.dirs",
                     format!("guest path {guest:?} must be absolute"),
                 ));
             }
+            let opened = if flag("allow_outside") {
+                // The operator's explicit choice: the path as given, links and all.
+                open_dir(&host).map_err(|e| bad("capabilities.dirs", e))?
+            } else {
+                open_inside(base, Path::new(&entry["host"]))
+                    .map_err(|e| bad("capabilities.dirs", e))?
+            };
             policy.dirs.push(Preopen {
                 host,
                 guest,
                 writable: flag("writable"),
+                opened: Arc::new(opened),
             });
         }
         policy.source = Some(path);
@@ -488,12 +495,63 @@ fn percent_decoded(seg: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Whether `path` is `dir` or inside it, after resolving `..` and symbolic links.
-fn inside(path: &Path, dir: &Path) -> bool {
-    match (std::fs::canonicalize(path), std::fs::canonicalize(dir)) {
-        (Ok(path), Ok(dir)) => path.starts_with(dir),
-        _ => false,
+/// Opens the directory `path`, following links (a grant outside the plugins directory, by
+/// the operator's choice).
+fn open_dir(path: &Path) -> Result<std::fs::File, String> {
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    match file.metadata() {
+        Ok(m) if m.is_dir() => Ok(file),
+        _ => Err(format!("{} is not a directory", path.display())),
     }
+}
+
+/// Opens directory `relative` below the plugins directory `base`, one component at a time,
+/// never following a symbolic link (`O_NOFOLLOW`): a grant can only ever be a directory that
+/// really is inside the plugins directory, whatever links a plugin with a writable grant has
+/// made there. The plugins directory itself (which holds every plugin's policy) cannot be
+/// granted.
+fn open_inside(base: &Path, relative: &Path) -> Result<std::fs::File, String> {
+    use rustix::fs::{Mode, OFlags, openat};
+    use std::path::Component;
+    let shown = base.join(relative);
+    let outside = || {
+        format!(
+            "{} is outside the plugins directory (set allow_outside = true to grant it anyway)",
+            shown.display()
+        )
+    };
+    let mut names = Vec::new();
+    for component in relative.components() {
+        match component {
+            Component::Normal(name) => names.push(name),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
+                return Err(outside());
+            }
+        }
+    }
+    if names.is_empty() {
+        return Err(format!(
+            "{} is the plugins directory itself, which holds every plugin's policy: grant a directory inside it",
+            shown.display()
+        ));
+    }
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut dir: std::os::fd::OwnedFd = std::fs::File::open(base)
+        .map_err(|e| format!("cannot open the plugins directory {}: {e}", base.display()))?
+        .into();
+    for name in names {
+        dir = openat(&dir, name, flags, Mode::empty()).map_err(|e| match e {
+            rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => format!(
+                "{} is not a directory (a grant never follows a symbolic link)",
+                shown.display()
+            ),
+            rustix::io::Errno::NOENT => format!("{} is not a directory", shown.display()),
+            e => format!("cannot open {}: {e}", shown.display()),
+        })?;
+    }
+    Ok(std::fs::File::from(dir))
 }
 
 fn valid_env_name(name: &str) -> bool {

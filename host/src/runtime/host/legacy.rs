@@ -7,13 +7,13 @@
 
 use wasmtime::component::{HasSelf, Linker};
 
-use super::bindings::ankh::plugin as current;
-use super::bindings::legacy::ankh::plugin::{http, kv, log, websocket};
-use super::bindings::types::{
+use crate::kv::KvError as StoreError;
+use crate::runtime::bindings::ankh::plugin as current;
+use crate::runtime::bindings::legacy::ankh::plugin::{http, kv, log, websocket};
+use crate::runtime::bindings::types::{
     ConnectionId, KvError, LogLevel, Message, RespondError, Response, WsError,
 };
-use super::state::HostState;
-use crate::kv::KvError as StoreError;
+use crate::runtime::sandbox::store::HostState;
 
 /// Links every 0.1.0 import.
 pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {

@@ -4,12 +4,12 @@
 //! built against 0.1.0 exports `handler@0.1.0`. Both are linked against every import the host
 //! has, of both versions, and their `types` are the same Rust types, so the rest of the host
 //! never asks which one it is talking to. A standard `wasi:http/proxy` component (0.2.x)
-//! exports `wasi:http/incoming-handler`; its calls go through [`super::proxy`] and answer as
+//! exports `wasi:http/incoming-handler`; its calls go through [`crate::runtime::engine::proxy`] and answer as
 //! ankh's own plugins do. Proxy components have no WebSocket events.
 //!
 //! A current component may also export `packed-handler` (the SDK's do): its requests are then
 //! lowered as two buffers instead of a record, and when it exports `packed-handler.handle`
-//! its answers come back as one buffer too (see [`super::packed`]).
+//! its answers come back as one buffer too (see [`crate::runtime::engine::packed`]).
 
 use wasmtime::Store;
 use wasmtime::component::types::{ComponentItem, Type};
@@ -17,10 +17,10 @@ use wasmtime::component::{Component, ComponentExportIndex, InstancePre, TypedFun
 
 use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 
-use super::bindings::{self, legacy, types};
-use super::incoming::Incoming;
-use super::packed::Returned;
-use super::state::HostState;
+use crate::runtime::bindings::{self, legacy, types};
+use crate::runtime::engine::incoming::Incoming;
+use crate::runtime::engine::packed::Returned;
+use crate::runtime::sandbox::store::HostState;
 
 /// `packed-handler.handle-request`: the head and the body of a request in, a record out.
 type PackedFunc = TypedFunc<(Vec<u8>, Vec<u8>), (types::Outcome,)>;
@@ -139,7 +139,7 @@ fn packed_export(
     component: &Component,
     engine: &wasmtime::Engine,
 ) -> wasmtime::Result<Option<PackedExport>> {
-    use super::packed::{ANSWER_FUNCTION, FUNCTION, INTERFACE};
+    use crate::runtime::engine::packed::{ANSWER_FUNCTION, FUNCTION, INTERFACE};
     let Some(interface) = component.get_export_index(None, INTERFACE) else {
         return Ok(None);
     };
@@ -208,7 +208,7 @@ impl Exports {
             return Box::pin(self.handle_record(store, request)).await;
         };
         let mut head = Vec::new();
-        super::packed::encode_head(request, &mut head);
+        crate::runtime::engine::packed::encode_head(request, &mut head);
         let body = std::mem::take(&mut request.body);
         Ok(match packed {
             Packed::Answer(f) => Returned::Packed(f.call_async(store, (head, body)).await?.0),
@@ -234,7 +234,7 @@ impl Exports {
                     .call_handle_request(&mut *store, &record)
                     .await
             }
-            Exports::Proxy(p) => super::proxy::handle(store, p, &record).await,
+            Exports::Proxy(p) => crate::runtime::engine::proxy::handle(store, p, &record).await,
         };
         request.restore(record);
         outcome.map(Returned::Record)

@@ -1,9 +1,20 @@
 //! The wasmtime `Engine` every plugin is compiled with, its `Linker`, and the epoch ticker.
 //!
-//! All guest limits are set up here or in [`super::instance`]: the pooling allocator sized for
+//! All guest limits are set up here or in [`crate::runtime::engine::instance`]: the pooling allocator sized for
 //! the calls in flight and the idle instances, the linear-memory cap, the wasm and fiber stack
 //! sizes, and epoch interruption driven by one ticker thread per engine (never a thread per
 //! request).
+
+pub mod incoming;
+pub mod instance;
+pub mod instances;
+pub mod packed;
+pub mod plugin;
+pub mod policy;
+pub mod proxy;
+pub mod registry;
+pub mod wasi;
+pub mod world;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,12 +28,12 @@ use wasmtime::{
 
 use anyhow::Context;
 
-use super::bindings;
-use super::state::HostState;
 use crate::limits::{
     EPOCH_TICK, FIBER_HOST_STACK_BYTES, GUEST_STACK_BYTES, INSTANCES_IDLE_TOTAL, INSTANCES_SPARE,
     Limits,
 };
+use crate::runtime::bindings;
+use crate::runtime::sandbox::store::HostState;
 
 /// Engine-wide settings.
 #[derive(Debug, Clone)]
@@ -62,10 +73,10 @@ pub struct Runtime {
     pub cache: Option<Cache>,
     /// Counters for `/metrics`.
     pub metrics: Arc<crate::metrics::Metrics>,
-    /// Held while a plugin compiles (see [`super::plugin::Plugin::compile`]).
+    /// Held while a plugin compiles (see [`crate::runtime::engine::plugin::Plugin::compile`]).
     pub compile_lock: std::sync::Mutex<()>,
     /// How many idle instances all plugins together keep.
-    pub idle: Arc<super::instances::IdleBudget>,
+    pub idle: Arc<crate::runtime::engine::instances::IdleBudget>,
     _ticker: EpochTicker,
 }
 
@@ -133,11 +144,11 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-        super::waits::add_clocks_to_linker(&mut linker)?;
-        super::waits::add_to_linker(&mut linker)?;
+        crate::runtime::sandbox::waits::add_clocks_to_linker(&mut linker)?;
+        crate::runtime::sandbox::waits::add_to_linker(&mut linker)?;
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
-        super::legacy::add_to_linker(&mut linker)?;
-        super::kv_host::add_to_linker(&mut linker)?;
+        crate::runtime::host::legacy::add_to_linker(&mut linker)?;
+        crate::runtime::host::kv::add_to_linker(&mut linker)?;
         let ticker = EpochTicker::start(engine.clone(), EPOCH_TICK)
             .context("cannot start the epoch ticker thread")?;
         Ok(Arc::new(Runtime {
@@ -148,7 +159,9 @@ impl Runtime {
             cache,
             metrics,
             compile_lock: std::sync::Mutex::new(()),
-            idle: Arc::new(super::instances::IdleBudget::new(INSTANCES_IDLE_TOTAL)),
+            idle: Arc::new(crate::runtime::engine::instances::IdleBudget::new(
+                INSTANCES_IDLE_TOTAL,
+            )),
             _ticker: ticker,
         }))
     }

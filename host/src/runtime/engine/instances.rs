@@ -9,8 +9,8 @@
 //! policy) between calls, at most
 //! [`INSTANCES_IDLE_TOTAL`](crate::limits::INSTANCES_IDLE_TOTAL) across all plugins (the
 //! [`IdleBudget`], which sizes the pooling allocator), and none that went unused for
-//! [`INSTANCE_IDLE_TIMEOUT`]: after a burst the pool
-//! shrinks back ([`trim_idle`] runs every second). How
+//! [`INSTANCE_IDLE_TIMEOUT`](crate::limits::INSTANCE_IDLE_TIMEOUT): after a burst the pool
+//! shrinks back ([`trim_idle`](crate::runtime::engine::registry::trim_idle) runs every second). How
 //! many run at once is bounded elsewhere: by `limits.max_concurrency` per plugin (503 past
 //! it) and by the server's `max_calls` (requests wait in the queue).
 //!
@@ -19,13 +19,11 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::instance::Instance;
-use super::registry::Registry;
-use crate::limits::INSTANCE_IDLE_TIMEOUT;
 use crate::metrics::PluginMetrics;
+use crate::runtime::engine::instance::Instance;
 
 /// How many idle instances all plugins together may keep.
 #[derive(Debug)]
@@ -127,36 +125,6 @@ impl InstancePool {
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(Instance, Instant)>> {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
-}
-
-/// Drops, in every mounted plugin, the idle instances unused for
-/// [`INSTANCE_IDLE_TIMEOUT`]. Old versions' pools go with the versions themselves.
-pub fn trim_idle(registry: &Registry) -> usize {
-    let now = Instant::now();
-    registry
-        .snapshot()
-        .iter()
-        .map(|mount| mount.plugin.instances.trim(now, INSTANCE_IDLE_TIMEOUT))
-        .sum()
-}
-
-/// Runs [`trim_idle`] every `every` on a thread of its own, until `registry` is gone.
-pub fn start_trimming(registry: Weak<Registry>, every: Duration) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("ankh-trim".into())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(every);
-                let Some(registry) = registry.upgrade() else {
-                    return;
-                };
-                let trimmed = trim_idle(&registry);
-                if trimmed > 0 {
-                    tracing::debug!(trimmed, "idle instances dropped");
-                }
-            }
-        })
-        .map(drop)
 }
 
 impl Drop for InstancePool {

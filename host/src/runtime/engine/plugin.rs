@@ -9,11 +9,13 @@ use std::time::{Duration, Instant};
 use wasmtime::Store;
 use wasmtime::component::Component;
 
-use super::engine::Runtime;
-use super::policy::Policy;
-use super::state::{HostState, WsLink};
-use super::world::{Exports, Pre};
 use crate::kv::Namespace;
+use crate::runtime::engine::Runtime;
+use crate::runtime::engine::policy::Policy;
+use crate::runtime::engine::world::{Exports, Pre};
+use crate::runtime::host::stdio::LogTags;
+use crate::runtime::host::websocket::WebSockets;
+use crate::runtime::sandbox::store::HostState;
 
 /// A loaded plugin. Immutable: a new version of the file is a new `Plugin`.
 pub struct Plugin {
@@ -25,15 +27,15 @@ pub struct Plugin {
     /// What this plugin may do and use.
     pub policy: Policy,
     /// Every bound its instances and calls run under, from the policy.
-    pub limits: Arc<super::guest_limits::GuestLimits>,
+    pub limits: Arc<crate::runtime::sandbox::guest_limits::GuestLimits>,
     /// This plugin's counters (shared by its versions).
     pub metrics: Arc<crate::metrics::PluginMetrics>,
     /// Requests of this version being handled now (for `max_concurrency`).
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
     /// This version's idle instances, for the next calls of any worker.
-    pub instances: super::instances::InstancePool,
+    pub instances: crate::runtime::engine::instances::InstancePool,
     /// Its outbound HTTP: grants, connection pool, figures.
-    pub(crate) outbound: Arc<super::outbound::Outbound>,
+    pub(crate) outbound: Arc<crate::runtime::host::outbound::Outbound>,
     /// How many writes a wasi:http body stream may buffer.
     body_buffer_chunks: usize,
     /// How long compiling and checking took.
@@ -193,12 +195,17 @@ impl Plugin {
             policy.fresh_instances = true;
         }
         let name: Arc<str> = Arc::from(name);
-        let limits = Arc::new(super::guest_limits::GuestLimits::for_plugin(&policy));
+        let limits = Arc::new(
+            crate::runtime::sandbox::guest_limits::GuestLimits::for_plugin(
+                &policy.limits,
+                policy.precise_clocks,
+            ),
+        );
         let metrics = runtime.metrics.plugin(&name);
-        let outbound = Arc::new(super::outbound::Outbound::new(
+        let outbound = Arc::new(crate::runtime::host::outbound::Outbound::new(
             name.clone(),
             policy.http.clone(),
-            super::outbound::OutboundConfig::from_limits(&policy.limits),
+            crate::runtime::host::outbound::OutboundConfig::from_limits(&policy.limits),
             metrics.clone(),
         ));
         // A body of up to the larger cap fits in the stream's buffer, however small its
@@ -212,7 +219,7 @@ impl Plugin {
             outbound,
             body_buffer_chunks,
             kv: runtime.config.store.namespace(&name, limits.kv),
-            instances: super::instances::InstancePool::new(
+            instances: crate::runtime::engine::instances::InstancePool::new(
                 policy.max_idle_instances,
                 runtime.idle.clone(),
                 metrics.clone(),
@@ -235,12 +242,12 @@ impl Plugin {
     /// runs under a call's limits.
     pub fn start(&mut self) -> Result<(), LoadError> {
         let started = Instant::now();
-        super::exec::block_on(self.new_store_and_instantiate(None)).map_err(|failure| {
-            LoadError::Instantiate {
+        crate::runtime::sandbox::exec::block_on(self.new_store_and_instantiate(None)).map_err(
+            |failure| LoadError::Instantiate {
                 path: self.path.clone(),
                 reason: failure.error.to_string(),
-            }
-        })?;
+            },
+        )?;
         self.load_time += started.elapsed();
         Ok(())
     }
@@ -272,21 +279,23 @@ impl Plugin {
     }
 
     /// A fresh store for this plugin, with its limits armed.
-    pub(crate) fn new_store(&self, ws: Option<WsLink>) -> Store<HostState> {
+    pub(crate) fn new_store(&self, ws: Option<Arc<dyn WebSockets>>) -> Store<HostState> {
+        let tags = LogTags::new(self.name.clone());
+        let wasi = crate::runtime::engine::wasi::context(&self.policy, &self.limits, &tags);
         let state = HostState::new(
-            self.name.clone(),
+            wasi,
+            tags,
             self.kv.clone(),
-            &self.policy,
             self.limits.clone(),
             self.metrics.clone(),
             ws,
-            super::outbound::HttpHooks {
+            crate::runtime::host::outbound::HttpHooks {
                 outbound: self.outbound.clone(),
                 body_buffer_chunks: self.body_buffer_chunks,
             },
         );
         let mut store = Store::new(self.pre.engine(), state);
-        super::guest_limits::configure_store(&mut store);
+        crate::runtime::sandbox::guest_limits::configure_store(&mut store);
         store
     }
 
@@ -294,15 +303,15 @@ impl Plugin {
     /// code, so it gets a call's limits: the CPU deadline and the handler timeout.
     pub(crate) async fn new_store_and_instantiate(
         &self,
-        ws: Option<WsLink>,
-    ) -> Result<(Store<HostState>, Exports), super::failure::Failure> {
+        ws: Option<Arc<dyn WebSockets>>,
+    ) -> Result<(Store<HostState>, Exports), crate::runtime::sandbox::failure::Failure> {
         let mut store = self.new_store(ws);
         store.set_epoch_deadline(1);
         store.data_mut().budget.reset();
         store.data_mut().watch.arm(None);
         match self.pre.instantiate(&mut store).await {
             Ok(bindings) => Ok((store, bindings)),
-            Err(e) => Err(super::failure::classify(store.data(), e)),
+            Err(e) => Err(crate::runtime::sandbox::failure::classify(store.data(), e)),
         }
     }
 }

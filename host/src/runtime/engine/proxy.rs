@@ -31,8 +31,8 @@ use wasmtime_wasi_http::p2::bindings::Proxy;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 
-use super::bindings::types;
-use super::state::HostState;
+use crate::runtime::bindings::types;
+use crate::runtime::sandbox::store::HostState;
 
 /// The authority given to a request that names none (HTTP/1.0 without `Host`): wasi-http
 /// requires one.
@@ -58,7 +58,7 @@ pub async fn handle(
         Err(why) => return Ok(types::Outcome::Respond(refusal(400, &why))),
     };
     let mut context = store.data_mut().call.take();
-    let result = serve(store, proxy, incoming, context.as_mut()).await;
+    let result = serve(store, proxy, incoming, context.as_deref_mut()).await;
     store.data_mut().call = context;
     result
 }
@@ -67,7 +67,7 @@ async fn serve(
     store: &mut Store<HostState>,
     proxy: &Proxy,
     incoming: http::Request<Full<Bytes>>,
-    context: Option<&mut super::call::CallContext>,
+    context: Option<&mut dyn crate::runtime::host::http::Respond>,
 ) -> wasmtime::Result<types::Outcome> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (req, out) = {
@@ -100,7 +100,7 @@ async fn serve(
         // The guest and the reading of its body, polled together: the body is drained while
         // the guest writes it. Once the guest has returned, its body gets the rest of the
         // call's wall-clock time to end.
-        let mut collect = pin!(super::watch::race(collect, stop));
+        let mut collect = pin!(crate::runtime::sandbox::watch::race(collect, stop));
         let mut called: Option<wasmtime::Result<()>> = None;
         let collected = std::future::poll_fn(|cx| {
             if called.is_none()
@@ -140,7 +140,9 @@ async fn serve(
         Some(Ok(Err(Answer(status, why)))) => types::Outcome::Respond(refusal(status, &why)),
         Some(Err(stop)) => {
             store.data_mut().watch.record(stop);
-            return Err(wasmtime::Error::new(super::watch::Stopped(stop)));
+            return Err(wasmtime::Error::new(
+                crate::runtime::sandbox::watch::Stopped(stop),
+            ));
         }
         None => unreachable!("only a trap leaves the body unread, and it returned above"),
     })

@@ -1,5 +1,5 @@
 //! Outbound HTTP for plugins (`wasi:http/outgoing-handler`, linked for every world), behind
-//! the plugin's grants ([`super::http_grants`]).
+//! the plugin's grants ([`crate::runtime::host::grants`]).
 //!
 //! - **Denied by default.** A request whose origin no grant matches is refused before any
 //!   name is looked up or any connection made: the guest gets `HTTP-request-denied`, the log
@@ -39,9 +39,9 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody};
 
-use super::http_grants::{HttpGrants, Scheme, literal};
 use crate::limits::{OUTBOUND_CONNECTIONS_PER_ORIGIN, OUTBOUND_CONNECTIONS_PER_PLUGIN};
 use crate::metrics::PluginMetrics;
+use crate::runtime::host::grants::{HttpGrants, Scheme, literal};
 
 /// The bounds of every plugin's outbound requests (`[outbound]` in the configuration).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -676,7 +676,7 @@ impl Write for Conn {
 }
 
 /// wasi-http's hooks for one store: its plugin's outbound client, and the body buffers of
-/// wasi:http streams (see `runtime::proxy` for why they are sized so).
+/// wasi:http streams (see `runtime::engine::proxy` for why they are sized so).
 pub struct HttpHooks {
     pub outbound: Arc<Outbound>,
     /// Writes a body stream may buffer before it is read.

@@ -12,9 +12,9 @@
 
 use std::sync::{Arc, PoisonError, RwLock};
 
-use super::plugin::Plugin;
+use crate::runtime::engine::plugin::Plugin;
 
-pub use super::policy::{INDEX, prefix_for};
+pub use crate::runtime::engine::policy::{INDEX, prefix_for};
 
 /// A plugin and the prefix it is mounted at.
 #[derive(Debug, Clone)]
@@ -137,6 +137,44 @@ fn matches(prefix: &str, path: &str) -> bool {
         Some(rest) => prefix.is_empty() || rest.is_empty() || rest.starts_with('/'),
         None => false,
     }
+}
+
+/// Drops, in every mounted plugin, the idle instances unused for
+/// [`INSTANCE_IDLE_TIMEOUT`](crate::limits::INSTANCE_IDLE_TIMEOUT). Old versions' pools go with the versions themselves.
+pub fn trim_idle(registry: &Registry) -> usize {
+    let now = std::time::Instant::now();
+    registry
+        .snapshot()
+        .iter()
+        .map(|mount| {
+            mount
+                .plugin
+                .instances
+                .trim(now, crate::limits::INSTANCE_IDLE_TIMEOUT)
+        })
+        .sum()
+}
+
+/// Runs [`trim_idle`] every `every` on a thread of its own, until `registry` is gone.
+pub fn start_trimming(
+    registry: std::sync::Weak<Registry>,
+    every: std::time::Duration,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("ankh-trim".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                let Some(registry) = registry.upgrade() else {
+                    return;
+                };
+                let trimmed = trim_idle(&registry);
+                if trimmed > 0 {
+                    tracing::debug!(trimmed, "idle instances dropped");
+                }
+            }
+        })
+        .map(drop)
 }
 
 #[cfg(test)]

@@ -66,7 +66,7 @@ impl HostWallClock for Wall {
 }
 
 /// The clocks of a plugin whose limits say `resolution` (see
-/// [`super::guest_limits::GuestLimits::clock_resolution`]).
+/// [`crate::runtime::sandbox::guest_limits::GuestLimits::clock_resolution`]).
 pub fn at_resolution(resolution: Duration) -> (Monotonic, Wall) {
     (Monotonic { resolution }, Wall { resolution })
 }

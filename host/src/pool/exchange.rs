@@ -1,25 +1,29 @@
-//! The request a plugin call is answering, and how its one final response gets to the client.
+//! The exchange of one request: what its answer must follow, and how its one final response
+//! gets to the client.
 //!
 //! A response can leave in two ways: returned from `handle-request`, or sent early through the
-//! `http.respond` import while the handler keeps running. Either way it goes through
-//! [`CallContext::respond`], which encodes it on the worker, hands the bytes to the I/O thread,
-//! and refuses any second final response for the same request.
+//! `http.respond` import while the handler keeps running (the runtime holds the exchange as a
+//! [`Respond`] for the length of the call). Either way it goes through [`Exchange::respond`],
+//! which encodes it on the thread that runs the call, writes the access line, hands the bytes
+//! to the connection's event loop, and refuses any second final response for the same
+//! request.
 
 use std::fmt;
 
 pub use crate::access::Access;
 use crate::proto::response::{self, RequestMeta};
 use crate::proto::{Field, Version};
+use crate::runtime::host::http::{AlreadyResponded, Respond};
 
-/// Where the answer to a request goes. The runtime knows nothing of connections: the pool
-/// gives each call one of these, which hands the bytes to the I/O thread.
-pub trait Responder: Send {
+/// Where the encoded answer to a request goes: the pool's is the reply queue of the
+/// connection's event loop.
+pub trait Responder: Send + 'static {
     /// Sends the complete response (ready for the wire); `close`: end the connection after it.
     fn respond(&mut self, bytes: Vec<u8>, close: bool);
 }
 
-/// Everything needed to answer one request, owned by the worker for the length of the call.
-pub struct CallContext {
+/// Everything needed to answer one request, owned by the call for its length.
+pub struct Exchange<R> {
     pub request_id: u64,
     pub plugin: std::sync::Arc<str>,
     version: Version,
@@ -27,22 +31,18 @@ pub struct CallContext {
     keep_alive: bool,
     accept_encoding: Option<Vec<u8>>,
     access: Access,
-    responder: Box<dyn Responder>,
+    responder: R,
     responded: bool,
 }
 
-impl fmt::Debug for CallContext {
+impl<R> fmt::Debug for Exchange<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CallContext")
+        f.debug_struct("Exchange")
             .field("request_id", &self.request_id)
             .field("responded", &self.responded)
             .finish_non_exhaustive()
     }
 }
-
-/// A second final response was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AlreadyResponded;
 
 /// What the answer to a request must follow: its protocol version, method, connection
 /// preference and accepted codings.
@@ -57,9 +57,9 @@ pub struct Origin {
     pub access: Access,
 }
 
-impl CallContext {
-    pub fn new(origin: Origin, plugin: std::sync::Arc<str>, responder: Box<dyn Responder>) -> Self {
-        CallContext {
+impl<R: Responder> Exchange<R> {
+    pub fn new(origin: Origin, plugin: std::sync::Arc<str>, responder: R) -> Self {
+        Exchange {
             request_id: origin.request_id,
             plugin,
             version: origin.version,
@@ -77,13 +77,15 @@ impl CallContext {
         self.responded
     }
 
-    /// Marks the request answered by a switch to WebSocket, sent by the caller.
-    pub fn mark_upgraded(&mut self) {
+    /// Marks the request answered by a switch to WebSocket, sent by the caller, and writes
+    /// its access line.
+    pub fn upgraded(&mut self) {
         self.responded = true;
+        self.access.log(101, 0, &self.plugin, Some(self.request_id));
     }
 
-    /// Sends a host-made response with extra headers (a WebSocket refusal), unless one was
-    /// sent already.
+    /// Sends a response written by the host (an error, or a WebSocket refusal with its
+    /// `extra` headers), unless one was sent already.
     pub fn respond_error_with(&mut self, status: u16, extra: &[(&str, &str)], message: &str) {
         if self.responded {
             return;
@@ -91,6 +93,11 @@ impl CallContext {
         let mut out = Vec::new();
         let keep_alive = response::encode_simple(status, extra, message, &self.meta(), &mut out);
         self.send(out, keep_alive, status);
+    }
+
+    /// Sends a response written by the host (an error), unless one was sent already.
+    pub fn respond_error(&mut self, status: u16, message: &str) {
+        self.respond_error_with(status, &[], message);
     }
 
     fn meta(&self) -> RequestMeta<'_> {
@@ -151,16 +158,6 @@ impl CallContext {
         }
     }
 
-    /// Sends a response written by the host (an error), unless one was sent already.
-    pub fn respond_error(&mut self, status: u16, message: &str) {
-        if self.responded {
-            return;
-        }
-        let mut out = Vec::new();
-        let keep_alive = response::encode_simple(status, &[], message, &self.meta(), &mut out);
-        self.send(out, keep_alive, status);
-    }
-
     /// The body of an error page: names the plugin and the request id, nothing internal.
     pub fn error_message(&self, what: &str) -> String {
         format!(
@@ -169,15 +166,23 @@ impl CallContext {
         )
     }
 
-    /// Marks the request answered by a switch to WebSocket, sent by the caller.
-    pub fn log_upgrade(&self) {
-        self.access.log(101, 0, &self.plugin, Some(self.request_id));
-    }
-
     fn send(&mut self, bytes: Vec<u8>, keep_alive: bool, status: u16) {
         self.responded = true;
         self.access
             .log(status, bytes.len(), &self.plugin, Some(self.request_id));
         self.responder.respond(bytes, !keep_alive);
+    }
+}
+
+/// The runtime's view of the exchange while the plugin runs: the `http.respond` import and a
+/// `wasi:http` response that is complete while its guest still runs answer through it.
+impl<R: Responder> Respond for Exchange<R> {
+    fn respond(
+        &mut self,
+        status: u16,
+        headers: &[(String, Vec<u8>)],
+        body: &[u8],
+    ) -> Result<(), AlreadyResponded> {
+        Exchange::respond(self, status, headers, body)
     }
 }

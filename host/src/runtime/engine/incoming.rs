@@ -1,15 +1,15 @@
 //! A request as the host hands it to a plugin: parsed and routed, in the host's own form.
 //! Each way into a guest takes it as it needs it: `packed-handler` reads the head in place
-//! and moves the body (see [`super::packed`]); the `handler` record, `on-open` and a wasi:http
+//! and moves the body (see [`crate::runtime::engine::packed`]); the `handler` record, `on-open` and a wasi:http
 //! component borrow the WIT record ([`Incoming::lend`]), which takes the fields without
 //! copying the headers and gives them back ([`Incoming::restore`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use super::bindings::types;
 use crate::proto::Version;
 use crate::proto::request::RequestHead;
+use crate::runtime::bindings::types;
 
 /// One request for a plugin.
 #[derive(Debug, Clone)]
