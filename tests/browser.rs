@@ -13,7 +13,7 @@ use crate::harness::{Options, plugins};
 
 #[test]
 fn two_browser_pages_chat_through_the_server() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("browser");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/browser");
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     let missing: Vec<&str> = [
         (!Path::new(&chromium).exists()).then_some("chromium"),
@@ -58,7 +58,7 @@ fn two_browser_pages_chat_through_the_server() {
     assert!(stdout.contains("bob: a long line 0123456789"), "{stdout}");
     // Chromium compresses what it sends (the server inflated it), and the server compressed
     // the long line it relayed to both pages.
-    let admin = crate::admin::admin_addr(&s);
-    crate::admin::scrape_when(admin, "ankh_ws_messages_inflated_total", 1.0);
-    crate::admin::scrape_when(admin, "ankh_ws_compressed_frames_total", 2.0);
+    let admin = crate::metrics::admin_addr(&s);
+    crate::metrics::scrape_when(admin, "ankh_ws_messages_inflated_total", 1.0);
+    crate::metrics::scrape_when(admin, "ankh_ws_compressed_frames_total", 2.0);
 }

@@ -1,9 +1,10 @@
-//! The command line: readable errors and exit codes for `serve`, `--help`, `--version`, and
-//! `ankh build` from a fresh plugin crate to a served response.
+//! The command line: readable errors and exit codes for `serve`, `check`, `build`,
+//! `--help`, `--version` and `--print-config`; what `serve` logs; and the operators' guide
+//! held to the binary. (Building plugin crates with cargo is in `cli_build`.)
 
 use std::process::{Command, Output};
 
-use crate::harness::{BUILD_PATIENCE, Options, TempDir, ankh_bin, plugins};
+use crate::harness::{Options, TempDir, ankh_bin, plugins};
 
 fn ankh(args: &[&str]) -> Output {
     Command::new(ankh_bin())
@@ -17,85 +18,23 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The binary under test is the one cargo built for these tests, never an older one.
+#[test]
+fn the_binary_under_test_is_the_one_cargo_built() {
+    assert_eq!(
+        ankh_bin().canonicalize().unwrap(),
+        std::path::Path::new(env!("CARGO_BIN_EXE_ankh"))
+            .canonicalize()
+            .unwrap()
+    );
+}
+
 #[test]
 fn serve_logs_what_it_loaded() {
     let s = Options::default().plugin(plugins::HELLO).start();
     let log = s.log();
     assert!(log.contains("loaded in"), "{log}");
     assert!(log.contains("plugin=hello mount=/hello"), "{log}");
-}
-
-/// The README's ten-line plugin, read from the README itself, so what it shows is what this
-/// test builds and serves.
-fn ten_line_plugin() -> String {
-    let readme = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
-    let readme = std::fs::read_to_string(readme).unwrap();
-    let section = &readme[readme.find("## A ten-line plugin").unwrap()..];
-    let start = section.find("```rust\n").unwrap() + "```rust\n".len();
-    let code = &section[start..start + section[start..].find("```").unwrap()];
-    let lines = code.lines().filter(|l| !l.trim().is_empty()).count();
-    assert!(
-        lines <= 10,
-        "the README's ten-line plugin has {lines} lines"
-    );
-    code.to_owned()
-}
-
-fn new_crate(root: &std::path::Path, name: &str, lib_rs: &str) {
-    let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
-    let dir = root.join(name);
-    std::fs::create_dir_all(dir.join("src")).unwrap();
-    std::fs::write(
-        dir.join("Cargo.toml"),
-        format!(
-            "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[lib]\ncrate-type = [\"cdylib\"]\n\n[dependencies]\nankh-guest = {{ path = {:?} }}\n\n[workspace]\n",
-            sdk.canonicalize().unwrap().display().to_string()
-        ),
-    )
-    .unwrap();
-    std::fs::write(dir.join("src/lib.rs"), lib_rs).unwrap();
-}
-
-#[test]
-fn build_then_serve_a_new_plugin() {
-    let src = TempDir::new("build-src");
-    let out = TempDir::new("build-out");
-    new_crate(src.path(), "greeter", &ten_line_plugin());
-    let result = Command::new(ankh_bin())
-        .arg("build")
-        .arg(src.path())
-        .arg("--out")
-        .arg(out.path())
-        .env("CARGO_TARGET_DIR", crate_target_dir())
-        .output()
-        .unwrap();
-    assert!(result.status.success(), "{}", stderr(&result));
-    let wasm = out.path().join("greeter.wasm");
-    assert!(wasm.is_file());
-    assert!(String::from_utf8_lossy(&result.stdout).contains("built greeter"));
-    let s = Options::default().plugin(wasm.to_str().unwrap()).start();
-    assert_eq!(
-        s.get("/greeter"),
-        (200, "Hello from a new plugin!".to_owned())
-    );
-    assert_eq!(s.get("/greeter/greet/Ada"), (200, "Hello, Ada!".to_owned()));
-}
-
-#[test]
-fn build_shows_compile_errors_as_cargo_does() {
-    let src = TempDir::new("build-bad");
-    new_crate(src.path(), "broken", "this is not rust\n");
-    let result = Command::new(ankh_bin())
-        .arg("build")
-        .arg(src.path())
-        .env("CARGO_TARGET_DIR", crate_target_dir())
-        .output()
-        .unwrap();
-    assert!(!result.status.success());
-    let err = stderr(&result);
-    assert!(err.contains("error: expected one of"), "{err}");
-    assert!(err.contains("src/lib.rs:1"), "{err}");
-    assert!(err.contains("cargo build failed"), "{err}");
 }
 
 #[test]
@@ -108,12 +47,6 @@ fn build_refuses_a_directory_without_crates() {
         "{}",
         stderr(&out)
     );
-}
-
-/// One target directory for every crate these tests build, kept between runs.
-fn crate_target_dir() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().join("ankh-cli-build-target")
 }
 
 /// A component whose `packed-handler` export has another signature than the host calls is
@@ -205,12 +138,12 @@ fn a_malformed_packed_answer_is_a_500_that_names_the_fault() {
     assert_eq!(s.get("/hello").0, 200);
     assert!(!s.log().contains("instance discarded"), "{}", s.log());
     // The metrics count what was sent: eight 200s of `/good`, eight 500s.
-    let metrics = crate::admin::scrape(crate::admin::admin_addr(&s));
+    let metrics = crate::metrics::scrape(crate::metrics::admin_addr(&s));
     for (class, count) in [("2xx", 8.0), ("5xx", 8.0)] {
         let name = "ankh_plugin_responses_total";
         let labels = [("plugin", "badanswer"), ("class", class)];
         assert_eq!(
-            crate::admin::value(&metrics, name, &labels),
+            crate::metrics::value(&metrics, name, &labels),
             count,
             "{class}"
         );
@@ -371,105 +304,437 @@ fn the_config_file_sets_the_log_format_level_and_access_log() {
 }
 
 #[test]
-fn new_then_build_then_serve_then_request() {
-    let dir = TempDir::new("new");
-    let out = Command::new(ankh_bin())
-        .args(["new", "greeter", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("created"));
-    // The template's own test passes.
-    let test = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["test", "--quiet", "--manifest-path"])
-        .arg(dir.path().join("greeter/Cargo.toml"))
-        .env("CARGO_TARGET_DIR", crate_target_dir())
-        .output()
-        .unwrap();
+fn serve_refuses_a_bad_address() {
+    let dir = TempDir::new(line!().to_string().as_str());
+    let out = ankh(&[
+        "serve",
+        "--listen",
+        "not-an-address",
+        "--plugins",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
     assert!(
-        test.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&test.stdout),
-        stderr(&test)
+        stderr(&out)
+            .contains("error: --listen: invalid address \"not-an-address\": expected IP:PORT"),
+        "{}",
+        stderr(&out)
     );
-    // It builds untouched, and serves.
-    let built = TempDir::new("new-out");
-    let build = Command::new(ankh_bin())
-        .arg("build")
-        .arg(dir.path())
-        .arg("--out")
-        .arg(built.path())
-        .env("CARGO_TARGET_DIR", crate_target_dir())
-        .output()
-        .unwrap();
-    assert!(build.status.success(), "{}", stderr(&build));
-    let wasm = built.path().join("greeter.wasm");
-    let s = Options::default().plugin(wasm.to_str().unwrap()).start();
-    assert_eq!(s.get("/greeter"), (200, "greeter is running\n".to_owned()));
-    let (status, body) = s.get("/greeter/hello/Ada");
-    assert_eq!(status, 200);
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(
-        v,
-        serde_json::json!({"greeting": "Hello, Ada!", "plugin": "greeter"})
-    );
-    // Refusals: a bad name, an existing crate.
-    let bad = ankh_in(dir.path(), &["new", "Bad Name"]);
-    assert!(!bad.status.success() && stderr(&bad).contains("invalid plugin name"));
-    let again = Command::new(ankh_bin())
-        .args(["new", "greeter", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!again.status.success() && stderr(&again).contains("already exists"));
-}
-
-fn ankh_in(dir: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(ankh_bin())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
 }
 
 #[test]
-fn dev_rebuilds_on_save_and_keeps_serving_through_errors() {
-    let dir = TempDir::new("dev");
-    let made = Command::new(ankh_bin())
-        .args(["new", "devplug", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{}", stderr(&made));
-    let options = Options {
-        command: vec![
-            "dev".into(),
-            dir.path().to_str().unwrap().into(),
-            "--debug".into(),
-        ],
-        env: vec![(
-            "CARGO_TARGET_DIR".into(),
-            crate_target_dir().to_str().unwrap().into(),
-        )],
-        ..Options::default()
+fn serve_refuses_a_missing_directory() {
+    let out = ankh(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--plugins",
+        "/nonexistent/ankh/plugins",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("plugins directory /nonexistent/ankh/plugins does not exist"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn serve_refuses_a_port_in_use() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = TempDir::new(line!().to_string().as_str());
+    let out = ankh(&[
+        "serve",
+        "--listen",
+        &addr,
+        "--plugins",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains(&format!(
+            "cannot listen on {addr}: the address is already in use"
+        )),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn serve_refuses_zero_workers() {
+    let dir = TempDir::new(line!().to_string().as_str());
+    let out = ankh(&[
+        "serve",
+        "--workers",
+        "0",
+        "--plugins",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("error: --workers: must be between 1 and 10000, got 0"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn help_documents_every_flag_and_version_prints() {
+    let out = ankh(&["serve", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--plugins",
+        "--listen",
+        "--workers",
+        "--queue-depth",
+        "--max-body-bytes",
+        "--max-head-bytes",
+        "--max-headers",
+        "--cpu-deadline-ms",
+        "--memory-limit-mib",
+        "--no-pooling",
+    ] {
+        assert!(help.contains(flag), "serve --help lacks {flag}:\n{help}");
+    }
+    let out = ankh(&["build", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("--out") && help.contains("--debug"), "{help}");
+    let out = ankh(&["--version"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("ankh {}", env!("CARGO_PKG_VERSION"))
+    );
+    let out = ankh(&["frobnicate"]);
+    assert!(!out.status.success());
+}
+
+// See: issue 12, item 9.
+#[test]
+fn cli_messages_say_what_is_wrong() {
+    let dir = TempDir::new(line!().to_string().as_str());
+    let file = dir.path().join("eleven.wasm");
+    std::fs::write(&file, "hello world").unwrap();
+    let file = file.to_str().unwrap();
+    // --plugins naming a file.
+    let out = ankh(&["serve", "--plugins", file]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is a file, not a directory"),
+        "{}",
+        stderr(&out)
+    );
+    // check on a directory, and on a file that is not wasm at all.
+    let out = ankh(&["check", dir.path().to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("is a directory"), "{}", stderr(&out));
+    let out = ankh(&["check", file]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!out.status.success());
+    assert!(stdout.contains("(11 bytes)"), "{stdout}");
+    assert!(stdout.contains("is not a WebAssembly file"), "{stdout}");
+    assert!(!stdout.contains("KiB"), "{stdout}");
+    // A missing config file: the OS error once.
+    let out = ankh(&["serve", "--config", "/nonexistent/ankh.toml"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    // A name resolves, as for every server: the server starts (and --print-config says where).
+    let out = ankh(&[
+        "serve",
+        "--listen",
+        "localhost:0",
+        "--plugins",
+        dir.path().to_str().unwrap(),
+        "--print-config",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(printed.contains("listen = \"127.0.0.1:0\""), "{printed}");
+}
+
+// See: issue 13: `--help`, `--print-config` and the constants in limits.rs cannot drift apart,
+// since each setting is declared once; this checks what the user sees against the declaration
+// and against the constants themselves.
+#[test]
+fn help_and_print_config_show_the_real_defaults() {
+    use ankh::config::SETTINGS;
+    use ankh::settings::{Flag, Value};
+    let dir = TempDir::new(line!().to_string().as_str());
+    let help = String::from_utf8(ankh(&["serve", "--help"]).stdout).unwrap();
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    let out = ankh(&[
+        "serve",
+        "--print-config",
+        "--plugins",
+        dir.path().to_str().unwrap(),
+        "--cache-dir",
+        "/tmp/ankh-cli-cache",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed: toml::Table = toml::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    let lookup = |key: &str| -> Option<toml::Value> {
+        match key.split_once('.') {
+            Some((section, key)) => printed.get(section)?.get(key).cloned(),
+            None => printed.get(key).cloned(),
+        }
     };
-    // The server answers at once; the first build (cold: minutes) is swapped in when done.
-    let s = options.start();
-    s.eventually_within(BUILD_PATIENCE, "/devplug", |st, body| {
-        st == 200 && body == "devplug is running\n"
-    });
-    // Save an edit: rebuilt and swapped in.
-    let lib = dir.path().join("devplug/src/lib.rs");
-    let source = std::fs::read_to_string(&lib).unwrap();
-    std::fs::write(&lib, source.replace("is running", "was edited")).unwrap();
-    s.eventually("/devplug", |st, body| {
-        st == 200 && body == "devplug was edited\n"
-    });
-    s.wait_for_log("ankh dev: rebuilt devplug");
-    // Save a mistake: the compiler's error is shown, the last good version keeps serving.
-    std::fs::write(&lib, "this is not rust\n").unwrap();
-    let log = s.wait_for_log("failed to build");
-    assert!(log.contains("error"), "{log}");
-    assert_eq!(s.get("/devplug"), (200, "devplug was edited\n".to_owned()));
+    for setting in SETTINGS.iter() {
+        let default = (setting.default)();
+        if let Flag::Value { long, .. } = setting.flag
+            && default != Value::Unset
+        {
+            assert!(
+                help.contains(&format!("--{long} ")),
+                "--{long} missing from --help"
+            );
+            assert!(
+                help.contains(&format!("[default: {}]", default.display())),
+                "--{long}: the default {} is not in --help",
+                default.display()
+            );
+        }
+        if matches!(setting.key, "plugins" | "cache_dir") {
+            continue; // given on the command line above
+        }
+        if let Value::Number(n) = default {
+            assert_eq!(
+                lookup(setting.key).and_then(|v| v.as_integer()),
+                Some(n as i64),
+                "{}",
+                setting.key
+            );
+        }
+    }
+    // And the constants, by name.
+    use ankh::limits;
+    for (key, constant) in [
+        ("limits.queue_depth", limits::QUEUE_DEPTH as i64),
+        ("limits.max_body_bytes", limits::MAX_BODY_BYTES as i64),
+        (
+            "limits.memory_limit_mib",
+            (limits::GUEST_MEMORY_BYTES >> 20) as i64,
+        ),
+        (
+            "limits.cpu_deadline_ms",
+            limits::GUEST_CPU_DEADLINE.as_millis() as i64,
+        ),
+        (
+            "limits.handler_timeout_ms",
+            limits::HANDLER_TIMEOUT.as_millis() as i64,
+        ),
+        ("timeouts.send_ms", limits::SEND_TIMEOUT.as_millis() as i64),
+        (
+            "timeouts.drain_ms",
+            limits::DRAIN_TIMEOUT.as_millis() as i64,
+        ),
+    ] {
+        assert_eq!(
+            lookup(key).and_then(|v| v.as_integer()),
+            Some(constant),
+            "{key}"
+        );
+        assert!(help.contains(&format!("[default: {constant}]")), "{key}");
+    }
+}
+
+// See: issue 13: `ankh dev` set the plugins directory after the check that keeps the compile
+// cache out of the watched directory.
+#[test]
+fn dev_keeps_the_cache_out_of_the_directory_it_watches() {
+    let dir = TempDir::new(line!().to_string().as_str());
+    let cache = dir.path().join("cache");
+    let out = ankh(&[
+        "dev",
+        dir.path().to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is inside the plugins directory"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+// The operators' guide (`docs/operations.md`) is what an operator reads: its configuration
+// block, its command synopsis and its limits table must say what the binary does. Each is
+// compared with the one declaration of settings.
+fn operations_guide() -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operations.md");
+    std::fs::read_to_string(path).unwrap()
+}
+
+/// The first fenced block after `heading` whose fence line is exactly "```" + `lang`.
+fn fenced_block<'a>(text: &'a str, heading: &str, lang: &str) -> &'a str {
+    let section = &text[text.find(heading).unwrap_or_else(|| panic!("{heading}"))..];
+    let fence = format!("```{lang}\n");
+    let start = section.find(&fence).unwrap() + fence.len();
+    let len = section[start..].find("```").unwrap();
+    &section[start..start + len]
+}
+
+#[test]
+fn the_operations_guide_shows_the_real_defaults_and_every_flag() {
+    use ankh::config::SETTINGS;
+    let guide = operations_guide();
+    let documented: toml::Table =
+        toml::from_str(fenced_block(&guide, "## Configuration", "toml")).unwrap();
+    let dir = TempDir::new(line!().to_string().as_str());
+    let out = ankh(&[
+        "serve",
+        "--print-config",
+        "--plugins",
+        "plugins",
+        "--cache-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut printed: toml::Table = toml::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    // The cache directory's default depends on $HOME; the guide says where it goes instead.
+    printed.remove("cache_dir");
+    // Workers and event loops follow the machine's cores: the guide shows a two-core machine,
+    // and its two figures must agree with each other.
+    for key in ["workers", "io_threads"] {
+        assert!(printed.remove(key).is_some(), "{key} is printed");
+    }
+    let count = |key: &str| documented.get(key).and_then(toml::Value::as_integer);
+    assert_eq!(
+        count("workers"),
+        count("io_threads").map(|cores| cores * ankh::limits::WORKERS_PER_CORE as i64),
+        "the guide's workers are {} per core of its io_threads",
+        ankh::limits::WORKERS_PER_CORE
+    );
+    for (key, value) in &printed {
+        match value.as_table() {
+            Some(section) => {
+                for (name, value) in section {
+                    assert_eq!(
+                        documented.get(key).and_then(|s| s.get(name)),
+                        Some(value),
+                        "docs/operations.md's configuration block: {key}.{name}"
+                    );
+                }
+            }
+            None => assert_eq!(
+                documented.get(key),
+                Some(value),
+                "docs/operations.md's configuration block: {key}"
+            ),
+        }
+    }
+    let synopsis = fenced_block(&guide, "## Command line", "");
+    for setting in SETTINGS.iter() {
+        let Some(long) = setting.long() else {
+            continue;
+        };
+        assert!(
+            synopsis.contains(&format!("[--{long}")),
+            "--{long} is missing from docs/operations.md's command synopsis"
+        );
+    }
+}
+
+/// A default as the limits table writes it (`8 KiB`, `64 MiB`, `30 s`, `10,000`), in the
+/// setting's own unit.
+fn table_number(text: &str, unit: ankh::settings::Unit) -> Option<u64> {
+    use ankh::settings::Unit;
+    let text = text.trim();
+    let digits: String = text
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ',')
+        .filter(char::is_ascii_digit)
+        .collect();
+    let n: u64 = digits.parse().ok()?;
+    let suffix = text[text
+        .find(|c: char| !(c.is_ascii_digit() || c == ','))
+        .unwrap_or(text.len())..]
+        .split_whitespace()
+        .next()
+        .unwrap_or("");
+    Some(match (unit, suffix) {
+        (Unit::Bytes, "KiB") => n << 10,
+        (Unit::Bytes, "MiB") => n << 20,
+        (Unit::Mib, "MiB") => n,
+        (Unit::Millis, "s") => n * 1000,
+        (Unit::Millis, "ms") => n,
+        (Unit::Count | Unit::Bytes, "") => n,
+        _ => return None,
+    })
+}
+
+#[test]
+fn the_limits_table_shows_every_limit_with_its_real_default() {
+    use ankh::config::SETTINGS;
+    use ankh::settings::{Kind, Value};
+    let guide = operations_guide();
+    let section = &guide[guide.find("## Limits and defaults").unwrap()..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    let mut checked = std::collections::BTreeSet::new();
+    for row in section.lines().filter(|l| l.starts_with("| ")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let (default, flag) = (cells[2], cells[3]);
+        let Some(pattern) = flag.strip_prefix("`--").and_then(|f| f.strip_suffix('`')) else {
+            continue;
+        };
+        // One flag, or a family written with `*` whose defaults are listed in its order.
+        let (prefix, suffix) = pattern.split_once('*').unwrap_or((pattern, ""));
+        let family: Vec<_> = SETTINGS
+            .iter()
+            .filter(|s| {
+                s.long().is_some_and(|long| {
+                    if pattern.contains('*') {
+                        long.starts_with(prefix) && long.ends_with(suffix)
+                    } else {
+                        long == pattern
+                    }
+                })
+            })
+            .collect();
+        assert!(
+            !family.is_empty(),
+            "the limits table names {flag}, which is no flag"
+        );
+        let defaults: Vec<&str> = default.split(" / ").collect();
+        if default.contains("CPU cores") {
+            // Follows the machine: only the per-core figure can be compared.
+            assert!(
+                default.starts_with(&format!("{} ×", ankh::limits::WORKERS_PER_CORE))
+                    || default.starts_with("1 ×"),
+                "{row}"
+            );
+            checked.extend(family.iter().map(|s| s.key));
+            continue;
+        }
+        assert_eq!(defaults.len(), family.len(), "{row}");
+        for (setting, text) in family.iter().zip(defaults) {
+            let Kind::Number { unit, .. } = setting.kind else {
+                panic!("{row}: {} is not a number", setting.key);
+            };
+            let Value::Number(real) = (setting.default)() else {
+                panic!("{} has no default", setting.key);
+            };
+            assert_eq!(
+                table_number(text, unit),
+                Some(real),
+                "docs/operations.md's limits table: {} says {text:?}",
+                setting.key
+            );
+            checked.insert(setting.key);
+        }
+    }
+    for setting in SETTINGS.iter() {
+        let bounded = ["limits.", "timeouts.", "outbound."]
+            .iter()
+            .any(|p| setting.key.starts_with(p));
+        assert!(
+            !bounded || checked.contains(setting.key),
+            "{} (--{}) is missing from docs/operations.md's limits table",
+            setting.key,
+            setting.long().unwrap_or("")
+        );
+    }
 }

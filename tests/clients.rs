@@ -16,7 +16,7 @@ use crate::harness::{Options, plugins};
 const TRIES: usize = 20;
 
 fn scripts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("clients")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/clients")
 }
 
 /// `true` when `what` can run; otherwise skips (or, under CI, fails) naming the package.
@@ -143,12 +143,12 @@ fn issue16_node_negotiates_compression_and_every_message_round_trips() {
         "{}",
         s.log()
     );
-    let metrics = crate::admin::scrape_when(
-        crate::admin::admin_addr(&s),
+    let metrics = crate::metrics::scrape_when(
+        crate::metrics::admin_addr(&s),
         "ankh_ws_compressed_frames_total",
         2.0,
     );
-    let value = |name| crate::admin::value(&metrics, name, &[]);
+    let value = |name| crate::metrics::value(&metrics, name, &[]);
     // The long text and the compressible binary; the noise and the short text went plain.
     assert_eq!(value("ankh_ws_compressed_frames_total"), 2.0);
     assert_eq!(value("ankh_ws_messages_deflated_total"), 2.0);
@@ -180,10 +180,10 @@ fn issue16_python_websockets_compresses_with_context_takeover_both_ways() {
         "{}",
         s.log()
     );
-    let admin = crate::admin::admin_addr(&s);
-    crate::admin::scrape_when(admin, "ankh_ws_messages_inflated_total", 51.0);
-    let metrics = crate::admin::scrape_when(admin, "ankh_ws_compressed_frames_total", 51.0);
-    let value = |name| crate::admin::value(&metrics, name, &[]);
+    let admin = crate::metrics::admin_addr(&s);
+    crate::metrics::scrape_when(admin, "ankh_ws_messages_inflated_total", 51.0);
+    let metrics = crate::metrics::scrape_when(admin, "ankh_ws_compressed_frames_total", 51.0);
+    let value = |name| crate::metrics::value(&metrics, name, &[]);
     assert_eq!(value("ankh_ws_messages_inflated_total"), 51.0);
     assert_eq!(value("ankh_ws_compressed_frames_total"), 51.0);
 }

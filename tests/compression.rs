@@ -8,9 +8,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 
-use crate::admin::{admin_addr, scrape, scrape_when, value};
 use crate::harness::{Options, TestServer, plugins};
-use crate::websocket::{
+use crate::metrics::{admin_addr, scrape, scrape_when, value};
+use crate::ws::{
     BINARY, CLOSE, CONT, FIN, TEXT, close_code, frame, raw_offering as open, read_frame,
 };
 

@@ -272,7 +272,7 @@ fn issue12_10_queued_requests_run_during_a_drain_and_only_what_cannot_start_gets
         .arg("--admin")
         .arg("127.0.0.1:0")
         .start();
-    let admin = crate::admin::admin_addr(&s);
+    let admin = crate::metrics::admin_addr(&s);
     const REQUEST: &[u8] = b"GET /probe/sleep?ms=500 HTTP/1.1\r\nHost: a\r\n\r\n";
     let clients: Vec<TcpStream> = (0..8)
         .map(|_| {
@@ -284,7 +284,7 @@ fn issue12_10_queued_requests_run_during_a_drain_and_only_what_cannot_start_gets
     // Observed, not assumed: the server has read all eight requests (a connection it has not
     // accepted yet is reset when the listener closes, and one with no request yet is idle).
     let started = Instant::now();
-    while crate::admin::value(&crate::admin::scrape(admin), "ankh_bytes_in_total", &[])
+    while crate::metrics::value(&crate::metrics::scrape(admin), "ankh_bytes_in_total", &[])
         < (8 * REQUEST.len()) as f64
     {
         assert!(started.elapsed() < PATIENCE, "the requests never arrived");
@@ -305,7 +305,7 @@ fn issue12_10_queued_requests_run_during_a_drain_and_only_what_cannot_start_gets
         .arg("--admin")
         .arg("127.0.0.1:0")
         .start();
-    let admin = crate::admin::admin_addr(&s);
+    let admin = crate::metrics::admin_addr(&s);
     let mut busy = s.connect();
     busy.write_all(b"GET /probe/sleep?ms=30000 HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
@@ -318,7 +318,7 @@ fn issue12_10_queued_requests_run_during_a_drain_and_only_what_cannot_start_gets
         .unwrap();
     // Observed, not assumed: the second request waits in the queue.
     let started = Instant::now();
-    while crate::admin::value(&crate::admin::scrape(admin), "ankh_queue_depth", &[]) < 1.0 {
+    while crate::metrics::value(&crate::metrics::scrape(admin), "ankh_queue_depth", &[]) < 1.0 {
         assert!(started.elapsed() < PATIENCE, "the request never queued");
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -6,9 +6,9 @@ use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::admin::{admin_addr, scrape, value};
 use crate::harness::{Options, PATIENCE, TestServer, plugins, read_response};
-use crate::websocket::{FIN, PING, client, close_code, frame, probe_client, raw, send, text};
+use crate::metrics::{admin_addr, scrape, value};
+use crate::ws::{FIN, PING, client, close_code, frame, probe_client, raw, send, text};
 
 fn hostile_beside(victim: &str) -> Options {
     Options::default().plugin(victim).plugin(plugins::HOSTILE)

@@ -40,7 +40,7 @@ fn todo_keeps_its_items_across_a_restart() {
         .arg("--admin")
         .arg("127.0.0.1:0")
         .start();
-    let admin = crate::admin::admin_addr(&s);
+    let admin = crate::metrics::admin_addr(&s);
     for title in ["milk", "eggs", "bread"] {
         let (status, _) = call(
             &s,
@@ -52,8 +52,8 @@ fn todo_keeps_its_items_across_a_restart() {
     }
     assert_eq!(call(&s, "DELETE", "/todo/items/2", b"").0, 204);
     // Three ids, three items, one delete: seven writes, each committed before its answer.
-    let scrape = crate::admin::scrape(admin);
-    let value = |name| crate::admin::value(&scrape, name, &[]);
+    let scrape = crate::metrics::scrape(admin);
+    let value = |name| crate::metrics::value(&scrape, name, &[]);
     assert_eq!(value("ankh_kv_writes_total"), 7.0);
     assert!((1.0..=7.0).contains(&value("ankh_kv_commits_total")));
     assert_eq!(value("ankh_kv_unavailable_total"), 0.0);

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::admin::{admin_addr, scrape, value};
 use crate::harness::{Options, TestServer, plugins};
+use crate::metrics::{admin_addr, scrape, value};
 use crate::upstream::{HELLO, Mode, Upstream};
 
 /// A server with `plugin` (as `name`) granted `grants`, and `args` more.

@@ -186,7 +186,7 @@ fn a72_a_full_queue_answers_503_with_retry_after_and_recovers() {
         .arg("--admin")
         .arg("127.0.0.1:0")
         .start();
-    let admin = crate::admin::admin_addr(&s);
+    let admin = crate::metrics::admin_addr(&s);
     let send = || {
         let mut stream = s.connect();
         stream
@@ -200,7 +200,7 @@ fn a72_a_full_queue_answers_503_with_retry_after_and_recovers() {
     s.wait_for_log("sleeping 1500");
     streams.push(send());
     let started = std::time::Instant::now();
-    while crate::admin::value(&crate::admin::scrape(admin), "ankh_queue_depth", &[]) < 1.0 {
+    while crate::metrics::value(&crate::metrics::scrape(admin), "ankh_queue_depth", &[]) < 1.0 {
         assert!(
             started.elapsed() < crate::harness::PATIENCE,
             "nothing queued"
@@ -244,7 +244,7 @@ fn plugins_get_no_filesystem_network_or_environment_by_default() {
 // memory for the life of the process.
 #[test]
 fn issue12_11_an_instance_whose_memory_grew_is_replaced_after_its_call() {
-    use crate::admin::{admin_addr, scrape, value};
+    use crate::metrics::{admin_addr, scrape, value};
     let s = Options::default()
         .plugin(plugins::ECHO)
         .flag("--workers", 1)

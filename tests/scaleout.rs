@@ -1,6 +1,11 @@
 //! One application across several ankh processes sharing a real Redis, behind a real nginx
 //! (issue 19): state, WebSocket topics and connections that span processes, and what happens
-//! when a process is killed or Redis stops.
+//! when a process is killed or Redis stops. A test binary of its own: it starts three servers,
+//! Redis and nginx, and is the slowest group.
+
+#![allow(unreachable_pub)] // one test binary: `pub` only shares items between its modules
+
+use ankh_test_support::{harness, metrics, services, ws};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -12,7 +17,7 @@ use tungstenite::Message;
 
 use crate::harness::{Options, PATIENCE, TestServer, agent, plugins};
 use crate::services::{Nginx, Redis, signal};
-use crate::websocket::{Client, send, text};
+use crate::ws::{Client, send, text};
 
 /// An ankh process on `redis` serving kvprobe, todo, chat and wsprobe (and wsprobe again as
 /// `other`, a second plugin).
@@ -419,7 +424,7 @@ fn a_redis_outage_answers_unavailable_and_recovers_on_its_own() {
         return;
     };
     let s = process(&redis, &["--admin", "127.0.0.1:0"]);
-    let admin = crate::admin::admin_addr(&s);
+    let admin = crate::metrics::admin_addr(&s);
     let readyz = || {
         agent()
             .get(format!("http://{admin}/readyz"))

@@ -5,9 +5,9 @@
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
 
-use crate::admin::{admin_addr, scrape, value};
 use crate::harness::{Options, TestServer, plugins, read_response};
-use crate::websocket::{Client, probe_client, send, text};
+use crate::metrics::{admin_addr, scrape, value};
+use crate::ws::{Client, probe_client, send, text};
 
 fn server(loops: usize) -> TestServer {
     Options::default()

@@ -7,8 +7,8 @@ use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use crate::admin::{admin_addr, scrape, value};
 use crate::harness::{Options, PATIENCE, plugins, read_response};
+use crate::metrics::{admin_addr, scrape, value};
 
 /// Polls `/metrics` until `check` holds for the value of `name` (with `labels`).
 fn wait_metric(

@@ -17,7 +17,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 
 use crate::harness::{Options, PATIENCE, agent, plugins};
 use crate::upstream::{Mode, Upstream};
+use crate::wasmtime_serve::WasmtimeServe;
 
 /// The repository root.
 fn root() -> &'static Path {
@@ -499,7 +500,7 @@ fn record_fixtures() {
     assert!(version.starts_with("wasmtime 48."), "{version}");
     let upstream = Upstream::start(Mode::Hello);
     for (name, path) in components() {
-        let serve = WasmtimeServe::start(&wasmtime, &path);
+        let serve = WasmtimeServe::start(Path::new(&wasmtime), &path);
         let cases = corpus(name, &upstream.origin());
         let answers: Vec<Value> = cases
             .iter()
@@ -521,47 +522,6 @@ fn record_fixtures() {
         )
         .unwrap();
         eprintln!("recorded {} ({} cases)", path.display(), cases.len());
-    }
-}
-
-/// A running `wasmtime serve`, killed when dropped.
-struct WasmtimeServe {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl WasmtimeServe {
-    fn start(wasmtime: &str, wasm: &Path) -> WasmtimeServe {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let child = Command::new(wasmtime)
-            .args(["serve", "-S", "cli", "--addr"])
-            .arg(addr.to_string())
-            .arg(wasm)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("wasmtime serve");
-        let started = Instant::now();
-        while TcpStream::connect(addr).is_err() {
-            assert!(
-                started.elapsed() < PATIENCE,
-                "wasmtime serve never listened"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        WasmtimeServe { child, addr }
-    }
-}
-
-impl Drop for WasmtimeServe {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -721,7 +681,7 @@ fn proxy_plugins_go_through_ankh_pipeline() {
 
     // The access log and the metrics count proxy requests like any other.
     s.wait_for_log("GET /httpecho/count");
-    let (_, metrics) = crate::admin::admin_get(crate::admin::admin_addr(&s), "/metrics");
+    let (_, metrics) = crate::metrics::admin_get(crate::metrics::admin_addr(&s), "/metrics");
     assert!(
         metrics.contains("ankh_plugin_responses_total{plugin=\"httpecho\",class=\"2xx\"}"),
         "{metrics}"

@@ -1,33 +1,13 @@
 //! The store's contract, checked on both backends alike, and the file backend's own promises:
 //! what was acknowledged survives a reopen, one process at a time, a corrupt file refused.
 
-use std::path::PathBuf;
-use std::time::Duration;
+use ankh_test_support::harness::TempDir;
+use ankh_test_support::services::Redis;
 
 use super::file::{File, OpenError};
 use super::memory::Memory;
 use super::*;
 use crate::runtime::sandbox::exec::block_on;
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!(
-            "ankh-kv-{tag}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn bounds() -> Bounds {
     Bounds::with_quota(1 << 20)
@@ -40,83 +20,13 @@ fn set(key: &str, value: &str, expires: Option<Millis>) -> Write {
     }
 }
 
-/// A `redis-server` of its own on a free loopback port, in a directory of its own, killed
-/// when dropped.
-pub(crate) struct RedisServer {
-    child: std::process::Child,
-    pub url: String,
-    _dir: TempDir,
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts a `redis-server` (Debian's package `redis-server`); `None`, with a message, when
-/// there is none, except under CI (`CI` set), where that fails the test.
-pub(crate) fn redis_server(tag: &str) -> Option<RedisServer> {
-    if std::process::Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "redis-server is missing under CI (apt-get install redis-server)"
-        );
-        eprintln!("skipping the Redis backend: no redis-server (apt-get install redis-server)");
-        return None;
-    }
-    let dir = TempDir::new(&format!("redis-{tag}"));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = std::process::Command::new("redis-server")
-        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--save", "", "--appendonly", "no", "--dir"])
-        .arg(&dir.0)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    // Ready once it answers.
-    let started = std::time::Instant::now();
-    loop {
-        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            use std::io::{Read, Write};
-            let mut pong = [0u8; 7];
-            if s.write_all(b"PING\r\n").is_ok()
-                && s.read_exact(&mut pong).is_ok()
-                && &pong == b"+PONG\r\n"
-            {
-                break;
-            }
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "redis-server never answered"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Some(RedisServer {
-        child,
-        url: format!("redis://127.0.0.1:{port}/0"),
-        _dir: dir,
-    })
-}
-
 /// Runs `check` on a memory backend, a file backend and a Redis backend (each fresh).
 fn on_both(tag: &str, check: impl Fn(&dyn Backend)) {
     check(&Memory::default());
     let dir = TempDir::new(tag);
     check(&File::open(&dir.0).unwrap());
-    if let Some(server) = redis_server(tag) {
-        check(&super::redis::Redis::open(&server.url).unwrap());
+    if let Some(server) = Redis::start(tag) {
+        check(&super::redis::Redis::open(&server.url()).unwrap());
     }
 }
 

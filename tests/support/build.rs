@@ -11,13 +11,18 @@ const TARGET: &str = "wasm32-wasip2";
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
-    let root = manifest_dir.parent().unwrap().to_path_buf();
+    // tests/support -> the repository root.
+    let root = manifest_dir
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .to_path_buf();
     let target_dir = env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"))
         .join("wasm-plugins");
 
-    let workspaces = [root.join("plugins"), manifest_dir.join("plugins")];
+    let workspaces = [root.join("plugins"), root.join("tests/plugins")];
     for dir in &workspaces {
         watch(dir);
     }

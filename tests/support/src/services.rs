@@ -162,7 +162,7 @@ impl Nginx {
         for sub in ["logs", "temp"] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
-        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/deploy/nginx.conf");
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../host/deploy/nginx.conf");
         let mut conf = std::fs::read_to_string(&example).unwrap();
         for (from, to) in EXAMPLE_UPSTREAMS.iter().zip(upstreams) {
             conf = conf.replace(&format!("server {from}"), &format!("server {to}"));

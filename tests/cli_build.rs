@@ -1,0 +1,195 @@
+//! Plugin crates built with cargo through the command line: `ankh build` from a fresh crate
+//! (the README's ten-line plugin) to a served response, `ankh new` and its template's own
+//! tests, and `ankh dev` rebuilding on save. Each runs cargo, so they live with the other
+//! toolchain tests.
+
+use std::process::{Command, Output};
+
+use crate::harness::{BUILD_PATIENCE, Options, TempDir, ankh_bin};
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The README's ten-line plugin, read from the README itself, so what it shows is what this
+/// test builds and serves.
+fn ten_line_plugin() -> String {
+    let readme = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let readme = std::fs::read_to_string(readme).unwrap();
+    let section = &readme[readme.find("## A ten-line plugin").unwrap()..];
+    let start = section.find("```rust\n").unwrap() + "```rust\n".len();
+    let code = &section[start..start + section[start..].find("```").unwrap()];
+    let lines = code.lines().filter(|l| !l.trim().is_empty()).count();
+    assert!(
+        lines <= 10,
+        "the README's ten-line plugin has {lines} lines"
+    );
+    code.to_owned()
+}
+
+fn new_crate(root: &std::path::Path, name: &str, lib_rs: &str) {
+    let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
+    let dir = root.join(name);
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[lib]\ncrate-type = [\"cdylib\"]\n\n[dependencies]\nankh-guest = {{ path = {:?} }}\n\n[workspace]\n",
+            sdk.canonicalize().unwrap().display().to_string()
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("src/lib.rs"), lib_rs).unwrap();
+}
+
+#[test]
+fn build_then_serve_a_new_plugin() {
+    let src = TempDir::new("build-src");
+    let out = TempDir::new("build-out");
+    new_crate(src.path(), "greeter", &ten_line_plugin());
+    let result = Command::new(ankh_bin())
+        .arg("build")
+        .arg(src.path())
+        .arg("--out")
+        .arg(out.path())
+        .env("CARGO_TARGET_DIR", crate_target_dir())
+        .output()
+        .unwrap();
+    assert!(result.status.success(), "{}", stderr(&result));
+    let wasm = out.path().join("greeter.wasm");
+    assert!(wasm.is_file());
+    assert!(String::from_utf8_lossy(&result.stdout).contains("built greeter"));
+    let s = Options::default().plugin(wasm.to_str().unwrap()).start();
+    assert_eq!(
+        s.get("/greeter"),
+        (200, "Hello from a new plugin!".to_owned())
+    );
+    assert_eq!(s.get("/greeter/greet/Ada"), (200, "Hello, Ada!".to_owned()));
+}
+
+#[test]
+fn build_shows_compile_errors_as_cargo_does() {
+    let src = TempDir::new("build-bad");
+    new_crate(src.path(), "broken", "this is not rust\n");
+    let result = Command::new(ankh_bin())
+        .arg("build")
+        .arg(src.path())
+        .env("CARGO_TARGET_DIR", crate_target_dir())
+        .output()
+        .unwrap();
+    assert!(!result.status.success());
+    let err = stderr(&result);
+    assert!(err.contains("error: expected one of"), "{err}");
+    assert!(err.contains("src/lib.rs:1"), "{err}");
+    assert!(err.contains("cargo build failed"), "{err}");
+}
+
+/// One target directory for every crate these tests build, kept between runs.
+fn crate_target_dir() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().join("ankh-cli-build-target")
+}
+
+#[test]
+fn new_then_build_then_serve_then_request() {
+    let dir = TempDir::new("new");
+    let out = Command::new(ankh_bin())
+        .args(["new", "greeter", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("created"));
+    // The template's own test passes.
+    let test = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["test", "--quiet", "--manifest-path"])
+        .arg(dir.path().join("greeter/Cargo.toml"))
+        .env("CARGO_TARGET_DIR", crate_target_dir())
+        .output()
+        .unwrap();
+    assert!(
+        test.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&test.stdout),
+        stderr(&test)
+    );
+    // It builds untouched, and serves.
+    let built = TempDir::new("new-out");
+    let build = Command::new(ankh_bin())
+        .arg("build")
+        .arg(dir.path())
+        .arg("--out")
+        .arg(built.path())
+        .env("CARGO_TARGET_DIR", crate_target_dir())
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "{}", stderr(&build));
+    let wasm = built.path().join("greeter.wasm");
+    let s = Options::default().plugin(wasm.to_str().unwrap()).start();
+    assert_eq!(s.get("/greeter"), (200, "greeter is running\n".to_owned()));
+    let (status, body) = s.get("/greeter/hello/Ada");
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"greeting": "Hello, Ada!", "plugin": "greeter"})
+    );
+    // Refusals: a bad name, an existing crate.
+    let bad = ankh_in(dir.path(), &["new", "Bad Name"]);
+    assert!(!bad.status.success() && stderr(&bad).contains("invalid plugin name"));
+    let again = Command::new(ankh_bin())
+        .args(["new", "greeter", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!again.status.success() && stderr(&again).contains("already exists"));
+}
+
+fn ankh_in(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(ankh_bin())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn dev_rebuilds_on_save_and_keeps_serving_through_errors() {
+    let dir = TempDir::new("dev");
+    let made = Command::new(ankh_bin())
+        .args(["new", "devplug", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", stderr(&made));
+    let options = Options {
+        command: vec![
+            "dev".into(),
+            dir.path().to_str().unwrap().into(),
+            "--debug".into(),
+        ],
+        env: vec![(
+            "CARGO_TARGET_DIR".into(),
+            crate_target_dir().to_str().unwrap().into(),
+        )],
+        ..Options::default()
+    };
+    // The server answers at once; the first build (cold: minutes) is swapped in when done.
+    let s = options.start();
+    s.eventually_within(BUILD_PATIENCE, "/devplug", |st, body| {
+        st == 200 && body == "devplug is running\n"
+    });
+    // Save an edit: rebuilt and swapped in.
+    let lib = dir.path().join("devplug/src/lib.rs");
+    let source = std::fs::read_to_string(&lib).unwrap();
+    std::fs::write(&lib, source.replace("is running", "was edited")).unwrap();
+    s.eventually("/devplug", |st, body| {
+        st == 200 && body == "devplug was edited\n"
+    });
+    s.wait_for_log("ankh dev: rebuilt devplug");
+    // Save a mistake: the compiler's error is shown, the last good version keeps serving.
+    std::fs::write(&lib, "this is not rust\n").unwrap();
+    let log = s.wait_for_log("failed to build");
+    assert!(log.contains("error"), "{log}");
+    assert_eq!(s.get("/devplug"), (200, "devplug was edited\n".to_owned()));
+}
