@@ -27,12 +27,18 @@ use slab::Slab;
 use std::collections::HashMap;
 
 use super::conn::Conn;
-use super::http::HttpConn;
-use super::shards::{Accepted, Lanes};
 use crate::hub::Hub;
 use crate::limits::Limits;
 use crate::message::{ConnId, WsId};
-use crate::pool::reply::{Replies, Reply, ReplyRx};
+use crate::pool::reply::{Replies, ReplyRx};
+
+mod accept;
+mod stop;
+
+pub use accept::{Accepted, Lanes};
+pub(super) use stop::RUN;
+use stop::{DRAIN, STOP};
+pub use stop::{Ended, StopHandle};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
@@ -40,10 +46,6 @@ const ALARM: Token = Token(usize::MAX - 3);
 
 /// How often deadlines are checked. Every timeout is enforced within one period.
 const TIMER_PERIOD: Duration = Duration::from_millis(100);
-
-/// After `accept` failed for lack of file descriptors, wait this long before trying again, so
-/// the loop neither spins nor forgets the backlog.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Rounds of resuming this loop's calls and delivering their replies between two polls;
 /// what is left after them makes the next poll return at once.
@@ -55,11 +57,6 @@ const EVENTS_PER_POLL: usize = 1024;
 /// Within a batch of events, the loop resumes its due calls (and writes their answers) after
 /// this many.
 const EVENTS_PER_CALL_ROUND: usize = 64;
-
-/// What the loops have been asked to do, set from any thread.
-pub(super) const RUN: u8 = 0;
-pub(super) const DRAIN: u8 = 1;
-pub(super) const STOP: u8 = 2;
 
 /// One socket loop. Built by [`super::shards::build`], run by [`super::shards::run`].
 pub struct EventLoop {
@@ -106,63 +103,12 @@ pub struct EventLoop {
     accept_failing: bool,
 }
 
-/// Drains or stops every running [`EventLoop`] from any thread.
-#[derive(Clone)]
-pub struct StopHandle {
-    pub(super) command: Arc<AtomicU8>,
-    pub(super) wakers: Vec<Arc<Waker>>,
-}
-
-impl std::fmt::Debug for StopHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StopHandle").finish_non_exhaustive()
-    }
-}
-
-impl StopHandle {
-    /// Graceful: stop accepting, let in-flight requests finish, then return from `run`.
-    pub fn drain(&self) {
-        let _ = self
-            .command
-            .compare_exchange(RUN, DRAIN, Ordering::AcqRel, Ordering::Acquire);
-        self.wake();
-    }
-
-    fn wake(&self) {
-        for waker in &self.wakers {
-            let _ = waker.wake();
-        }
-    }
-
-    /// Whether a drain or a stop was asked for.
-    pub fn draining(&self) -> bool {
-        self.command.load(Ordering::Acquire) != RUN
-    }
-
-    /// Immediate: return from `run` at the next wake-up, closing every connection.
-    pub fn stop(&self) {
-        self.command.store(STOP, Ordering::Release);
-        self.wake();
-    }
-}
-
 /// What the loop shares with the rest of the server.
 #[derive(Debug)]
 pub struct Shared {
     pub limits: Limits,
     pub hub: Arc<Hub>,
     pub metrics: Arc<crate::metrics::Metrics>,
-}
-
-/// How a run ended (of one loop, or of all of them together).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
-    /// Every connection finished before the drain deadline.
-    Drained,
-    /// The drain deadline passed with this many connections still open; they were closed.
-    ForceClosed(usize),
-    /// Stopped without draining.
-    Stopped,
 }
 
 /// What one loop is made of, besides what every loop shares.
@@ -347,118 +293,6 @@ impl EventLoop {
         self.conns.len()
     }
 
-    /// Accepts until the listener would block (loop 0 only), handing each connection to the
-    /// loop with the fewest open.
-    fn accept(&mut self) {
-        loop {
-            let Some(listener) = &self.listener else {
-                return;
-            };
-            match listener.accept() {
-                Ok((stream, peer)) => {
-                    if self.accept_failing {
-                        self.accept_failing = false;
-                        tracing::info!("accept works again");
-                    }
-                    let open = self.metrics.connections_open.load(Ordering::Relaxed);
-                    if open >= self.limits.max_connections as i64 {
-                        // Accepted and closed at once: the client learns immediately, and the
-                        // backlog does not fill with connections we would never serve.
-                        warn_limited!(%peer, max = self.limits.max_connections, "connection limit reached: closing a new connection");
-                        let _ = stream.shutdown(std::net::Shutdown::Both);
-                        continue;
-                    }
-                    if let Err(e) = stream.set_nodelay(true) {
-                        tracing::debug!("set_nodelay failed: {e}");
-                    }
-                    self.metrics
-                        .connections_open
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.metrics
-                        .connections_total
-                        .fetch_add(1, Ordering::Relaxed);
-                    let lane = self.least_loaded();
-                    self.metrics.io_loop(lane).opened();
-                    if lane == self.shard {
-                        self.admit(stream, peer);
-                    } else {
-                        self.lanes.hand_off(lane, Accepted { stream, peer });
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // Out of file descriptors (EMFILE/ENFILE) or memory: the connection stays
-                    // in the backlog. Retry after a pause rather than spinning on it.
-                    if !self.accept_failing {
-                        self.accept_failing = true;
-                        tracing::warn!("accept failed, retrying shortly: {e}");
-                    }
-                    self.accept_retry_at = Some(Instant::now() + ACCEPT_BACKOFF);
-                    return;
-                }
-            }
-        }
-    }
-
-    /// The loop with the fewest open connections; ties go round-robin.
-    fn least_loaded(&mut self) -> usize {
-        let loops = self.lanes.len();
-        if loops == 1 {
-            return 0;
-        }
-        let start = self.next_lane;
-        self.next_lane = (start + 1) % loops;
-        (0..loops)
-            .map(|k| (start + k) % loops)
-            .min_by_key(|&lane| self.metrics.io_loop(lane).open())
-            .unwrap_or(self.shard)
-    }
-
-    /// Connections loop 0 accepted for this loop. While draining they are closed, as the
-    /// listener's backlog is.
-    fn admit_handed_off(&mut self) {
-        while let Ok(Accepted { stream, peer }) = self.inbox.try_recv() {
-            if self.drain_deadline.is_some() {
-                drop(stream);
-                self.forget_connection();
-            } else {
-                self.admit(stream, peer);
-            }
-        }
-    }
-
-    /// Takes an accepted connection into this loop's table and poll.
-    fn admit(&mut self, stream: TcpStream, peer: std::net::SocketAddr) {
-        let entry = self.conns.vacant_entry();
-        let slot = entry.key();
-        let id = ConnId {
-            shard: self.shard,
-            slot,
-            serial: self.next_serial,
-        };
-        self.next_serial += 1;
-        let mut conn = Conn::Http(Box::new(HttpConn::new(id, stream, peer, Instant::now())));
-        if let Err(e) = self.poll.registry().register(
-            conn.stream_mut(),
-            Token(slot),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
-            tracing::warn!("cannot register a connection: {e}");
-            self.forget_connection();
-            return;
-        }
-        entry.insert(conn);
-    }
-
-    /// A connection of this loop is gone (or never arrived): the counts drop.
-    fn forget_connection(&self) {
-        self.metrics
-            .connections_open
-            .fetch_sub(1, Ordering::Relaxed);
-        self.metrics.io_loop(self.shard).closed();
-    }
-
     fn sweep(&mut self, now: Instant) {
         if self.accept_retry_at.is_some_and(|t| now >= t) {
             self.accept_retry_at = None;
@@ -467,54 +301,6 @@ impl EventLoop {
         for slot in self.slots() {
             self.on_timer(slot, now);
         }
-    }
-
-    /// Stops accepting at once and closes idle connections; busy ones close after their
-    /// in-flight response. Queued requests still run while the drain deadline allows: only
-    /// those no worker has started by then get 503 (see [`EventLoop::refuse_unstarted`]).
-    fn begin_drain(&mut self) {
-        self.drain_deadline = Some(Instant::now() + self.limits.drain_timeout);
-        if let Some(mut listener) = self.listener.take() {
-            let _ = self.poll.registry().deregister(&mut listener);
-            // The loop that accepted says it once, for all of them.
-            tracing::info!(
-                connections = self.metrics.connections_open.load(Ordering::Relaxed),
-                queued = self.dispatcher.queued(),
-                deadline_ms = self.limits.drain_timeout.as_millis() as u64,
-                "draining: no longer accepting"
-            );
-        }
-        for slot in self.slots() {
-            self.on_drain(slot);
-        }
-    }
-
-    /// Answers 503 to every request no worker has started: this loop's own at once, another
-    /// loop's through that loop's reply queue. Under the drain lock, so that a request
-    /// another loop took off the queue and forwarded here is in the reply queue before this
-    /// loop reads it for the last time.
-    fn refuse_unstarted(&mut self) {
-        let lock = self.drain_lock.clone();
-        let _taking = lock
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let unstarted = self.dispatcher.take_unstarted_requests();
-        if !unstarted.is_empty() {
-            tracing::warn!(
-                requests = unstarted.len(),
-                "drain deadline reached: answering 503 to requests no worker started"
-            );
-        }
-        for (id, seq) in unstarted {
-            if id.shard == self.shard {
-                self.with_http(id, |conn, ctx| conn.on_unstarted(seq, ctx));
-            } else {
-                self.forward
-                    .to(id.shard)
-                    .send(Reply::Unstarted { conn: id, seq });
-            }
-        }
-        self.deliver_replies();
     }
 
     /// The slots in use now (a snapshot, so connections can close while iterating).

@@ -10,47 +10,17 @@
 //! are shared, so every limit that users read as the server's stays global.
 
 use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU8;
 
 use crossbeam_channel::{Receiver, Sender};
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpListener;
 use mio::{Poll, Waker};
 
-use super::event_loop::{Common, Ended, EventLoop, Parts, RUN, Shared, StopHandle};
+use super::event_loop::{
+    Accepted, Common, Ended, EventLoop, Lanes, Parts, RUN, Shared, StopHandle,
+};
 use crate::pool::reply::{Replies, ReplyRx};
-
-/// A connection loop 0 accepted for another loop.
-pub struct Accepted {
-    pub stream: TcpStream,
-    pub peer: SocketAddr,
-}
-
-/// Every loop's hand-off queue and waker.
-#[derive(Debug)]
-pub struct Lanes {
-    lanes: Vec<(Sender<Accepted>, Arc<Waker>)>,
-}
-
-impl Lanes {
-    pub fn len(&self) -> usize {
-        self.lanes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.lanes.is_empty()
-    }
-
-    /// Queues `accepted` for loop `lane` and wakes it. Should the loop be gone (the server is
-    /// stopping), the connection is closed with the queue.
-    pub fn hand_off(&self, lane: usize, accepted: Accepted) {
-        let (inbox, waker) = &self.lanes[lane];
-        if inbox.send(accepted).is_ok() {
-            let _ = waker.wake();
-        }
-    }
-}
 
 /// One loop's poll, before the loops exist: its waker goes to the workers' reply queue first.
 pub struct Seat {
