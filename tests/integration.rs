@@ -38,6 +38,8 @@ mod cli;
 mod hardening;
 // Isolation between plugins, and bounds on every resource a plugin or client can grow.
 mod isolation;
+// The second hostile round: grants, call slots, the admin port, the event loop, memory.
+mod hostile;
 // Logs a person can read: colour, one event per failure, access lines of host answers.
 mod logs;
 // The runtime alone: a plugin called with no socket, I/O thread or pool.

@@ -609,6 +609,17 @@ pub fn limit_settings<C: HasLimits>() -> Vec<LimitSetting<C>> {
             max_calls
         ),
         limit!(
+            "limits.max_concurrency",
+            "max-concurrency",
+            Count,
+            1,
+            1_000_000,
+            limits::MAX_CONCURRENCY,
+            "Calls one plugin may have in flight at once (requests, answered or not, and WebSocket events); past it its requests get 503 + Retry-After and its WebSocket events wait. By default a quarter of --max-calls, so that no plugin holds every call slot",
+            Override::Lower,
+            max_concurrency
+        ),
+        limit!(
             "limits.cpu_deadline_ms",
             "cpu-deadline-ms",
             Millis,
@@ -884,6 +895,13 @@ impl ServeConfig {
                     l.max_target_bytes, l.max_head_bytes
                 ),
             });
+        }
+        // A plugin's share of the call slots follows the server's, unless it is given.
+        if matches!(
+            origins.get("limits.max_concurrency"),
+            None | Some(Origin::Default)
+        ) {
+            self.limits.max_concurrency = (self.limits.max_calls / 4).max(1);
         }
         // The data directory's default is next to the config file.
         if matches!(origins.get("data_dir"), None | Some(Origin::Default))

@@ -72,11 +72,17 @@ impl Dispatcher {
             );
             return Err(Undelivered::Gone);
         };
+        // A plugin at its share of the call slots: the event waits (the connection tries
+        // again at its next timer), as it does when the queue is full.
+        let Some(slot) = plugin.try_enter() else {
+            return Err(Undelivered::Busy(event));
+        };
         let job = Box::new(Job::Event(EventJob {
             conn,
             ws,
             plugin,
             event,
+            slot,
         }));
         self.pool.submit(job).map_err(|Busy(job)| match *job {
             Job::Event(e) => Undelivered::Busy(e.event),
@@ -124,7 +130,7 @@ impl Dispatcher {
             return Err(Immediate {
                 status: 503,
                 message: format!(
-                    "plugin `{}` is handling as many requests as its policy allows",
+                    "plugin `{}` is handling as many calls as it may (limits.max_concurrency)",
                     mount.plugin.name
                 ),
                 retry_after: Some(RETRY_AFTER_SECS),
@@ -143,7 +149,7 @@ impl Dispatcher {
                 remote,
             },
             received: std::time::Instant::now(),
-            slot,
+            slot: Some(slot),
             cancel,
         }));
         self.pool.submit(job).map_err(|Busy(_)| {

@@ -29,6 +29,14 @@ pub const QUEUE_DEPTH: usize = 1024;
 /// of virtual memory, not resident, per call).
 pub const MAX_CALLS: usize = 1024;
 
+/// Calls one plugin may have in flight at once: its requests (answered early or not, until
+/// their handler returns) and its WebSocket events. Past it the plugin's requests get 503 +
+/// `Retry-After` and its WebSocket events wait, so that no plugin holds every one of the
+/// server's [`MAX_CALLS`] and the others are always served. Its default is a quarter of
+/// `max_calls` (`--max-calls`), whatever that is set to. Policy: `limits.max_concurrency`,
+/// which may only lower it.
+pub const MAX_CONCURRENCY: usize = MAX_CALLS / 4;
+
 /// Seconds a client is told to wait in `Retry-After` when the queue is full.
 pub const RETRY_AFTER_SECS: u32 = 1;
 
@@ -315,6 +323,8 @@ pub struct Limits {
     pub queue_depth: usize,
     /// See [`MAX_CALLS`].
     pub max_calls: usize,
+    /// See [`MAX_CONCURRENCY`].
+    pub max_concurrency: usize,
     /// See [`GUEST_CPU_DEADLINE`].
     pub guest_cpu_deadline: Duration,
     /// See [`GUEST_MEMORY_BYTES`].
@@ -366,6 +376,7 @@ impl Default for Limits {
             max_body_bytes: MAX_BODY_BYTES,
             queue_depth: QUEUE_DEPTH,
             max_calls: MAX_CALLS,
+            max_concurrency: MAX_CONCURRENCY,
             guest_cpu_deadline: GUEST_CPU_DEADLINE,
             guest_memory_bytes: GUEST_MEMORY_BYTES,
             handler_timeout: HANDLER_TIMEOUT,

@@ -176,9 +176,11 @@ fn describe(policy: &Policy, text: &mut String) {
             "uncompressed (ws_compression = false)"
         }
     );
-    if let Some(n) = policy.max_concurrency {
-        let _ = writeln!(text, "  concurrency:   {n} requests at once");
-    }
+    let _ = writeln!(
+        text,
+        "  concurrency:   {} calls at once (requests and WebSocket events)",
+        policy.limits.max_concurrency
+    );
     let mode = match (policy.fresh_instances, policy.recycle_after) {
         (true, _) => "a fresh instance per request".to_owned(),
         (false, Some(n)) => format!("one per worker, replaced after {n} calls"),

@@ -27,7 +27,7 @@ pub struct RequestJob {
     pub request: Incoming,
     /// When the request was complete, for the access log's duration.
     pub received: std::time::Instant,
-    /// The plugin's concurrency slot, held until the request is handled.
+    /// The plugin's call slot, held until the request is handled.
     pub slot: Option<crate::runtime::engine::plugin::InFlight>,
     /// Fired by the I/O thread when the client disconnects: the call ends at once.
     pub cancel: Cancel,
@@ -42,4 +42,6 @@ pub struct EventJob {
     /// The plugin's current version: after a reload, events go to the new one.
     pub plugin: Arc<Plugin>,
     pub event: WsEvent,
+    /// The plugin's call slot, held until the event is handled.
+    pub slot: crate::runtime::engine::plugin::InFlight,
 }

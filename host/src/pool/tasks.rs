@@ -61,6 +61,7 @@ pub(super) fn running(
                 ws,
                 plugin,
                 event,
+                slot,
             } = job;
             let (event, inflated) = match event {
                 WsEvent::Compressed(compressed) => {
@@ -72,7 +73,12 @@ pub(super) fn running(
                 event => (Some(event), None),
             };
             let call = Call::new(plugin, reply.clone(), link.clone());
-            (fallback, Box::pin(call.deliver(conn, ws, event, inflated)))
+            // The plugin's call slot is held until the event is delivered.
+            let deliver = async move {
+                let _slot = slot;
+                call.deliver(conn, ws, event, inflated).await;
+            };
+            (fallback, Box::pin(deliver))
         }
         Job::Resume(running) => return running,
     };

@@ -30,7 +30,7 @@ pub struct Plugin {
     pub limits: Arc<crate::runtime::sandbox::guest_limits::GuestLimits>,
     /// This plugin's counters (shared by its versions).
     pub metrics: Arc<crate::metrics::PluginMetrics>,
-    /// Requests of this version being handled now (for `max_concurrency`).
+    /// Calls of this version in flight now (for `limits.max_concurrency`).
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
     /// This version's idle instances, for the next calls of any worker.
     pub instances: crate::runtime::engine::instances::InstancePool,
@@ -107,7 +107,7 @@ pub enum LoadError {
     Policy(String),
 }
 
-/// Holds one of a plugin's `max_concurrency` slots until dropped.
+/// Holds one of a plugin's `limits.max_concurrency` call slots until dropped.
 #[derive(Debug)]
 pub struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
 
@@ -263,19 +263,14 @@ impl Plugin {
         self.pre.is_proxy()
     }
 
-    /// Takes one of the plugin's concurrency slots, or `None` when all are in use.
-    pub fn try_enter(&self) -> Option<Option<InFlight>> {
-        let Some(max) = self.policy.max_concurrency else {
-            return Some(None);
-        };
+    /// Takes one of the plugin's call slots (`limits.max_concurrency`: its share of the
+    /// server's), for a request or a WebSocket event; `None` when all are in use.
+    pub fn try_enter(&self) -> Option<InFlight> {
         let now = self
             .in_flight
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let guard = InFlight(self.in_flight.clone());
-        if now >= max {
-            return None;
-        }
-        Some(Some(guard))
+        (now < self.policy.limits.max_concurrency).then_some(guard)
     }
 
     /// A fresh store for this plugin, with its limits armed.

@@ -9,7 +9,7 @@
 //! handler_timeout_ms = 10000          # wall-clock time per request or event, waits included
 //! memory_limit_mib = 32               # at most the server's --memory-limit-mib
 //! kv_max_bytes = 16777216             # keys plus values in this plugin's key-value store
-//! max_concurrency = 8                 # calls in flight at once; past it: 503
+//! max_concurrency = 8                 # calls in flight at once; past it: 503 (at most the server's)
 //! max_body_bytes = 1048576            # past it: 413 before the body is read
 //!
 //! [capabilities]                      # all off by default
@@ -48,8 +48,6 @@ pub struct Policy {
     /// The plugin's limits: the server's, with the keys the policy may override
     /// ([`crate::config::limit_settings`]) as the file gives them.
     pub limits: Limits,
-    /// Calls in flight at once, if limited.
-    pub max_concurrency: Option<usize>,
     /// Environment variables the plugin sees.
     pub env: Vec<(String, String)>,
     pub dirs: Vec<Preopen>,
@@ -177,17 +175,6 @@ static OWN: &[Setting<Policy>] = &[
         },
         read: |p| Value::List(p.routes.clone()),
     },
-    policy_number!(
-        "limits.max_concurrency",
-        Count,
-        1,
-        1_000_000,
-        "Requests in flight at once; past it: 503 + Retry-After",
-        |p, n| p.max_concurrency = usize::try_from(n).ok(),
-        |p| p
-            .max_concurrency
-            .map_or(Value::Unset, |n| Value::Number(n as u64))
-    ),
     Setting {
         key: "capabilities.env",
         flag: Flag::None,
@@ -348,7 +335,6 @@ impl Policy {
         Policy {
             routes: vec![prefix_for(name).to_string()],
             limits: limits.clone(),
-            max_concurrency: None,
             env: Vec::new(),
             dirs: Vec::new(),
             network: Vec::new(),
@@ -580,7 +566,7 @@ mod tests {
         assert_eq!(p.routes, vec!["/api", ""]);
         assert_eq!(p.limits.guest_cpu_deadline, Duration::from_millis(250));
         assert_eq!(p.limits.guest_memory_bytes, 16 << 20);
-        assert_eq!(p.max_concurrency, Some(3));
+        assert_eq!(p.limits.max_concurrency, 3);
         assert_eq!(p.env, vec![("X".to_owned(), "1".to_owned())]);
         assert_eq!(p.dirs[0].guest, "/data");
         assert!(!p.dirs[0].writable);

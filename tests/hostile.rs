@@ -1,0 +1,59 @@
+//! Found by a hostile plugin and a slow client, second round (issue 32): each attack run over
+//! real sockets, with what must hold while it runs. Each test is named after the finding.
+
+use std::io::{BufReader, Write};
+use std::time::{Duration, Instant};
+
+use crate::harness::{Options, plugins, read_response};
+
+/// The time `GET path` takes on a connection of its own, and its status.
+fn timed_get(s: &crate::harness::TestServer, path: &str) -> (u16, Duration) {
+    let started = Instant::now();
+    let (status, _) = s.get(path);
+    (status, started.elapsed())
+}
+
+// See: issue 32, finding 2: one client pipelining 1,100 requests to a handler that answers
+// and then sleeps 20 s pinned every call slot of the server, and `/hello` took 14.6 s.
+#[test]
+fn issue32_2_one_plugin_cannot_hold_every_call_slot() {
+    let s = Options::default()
+        .plugin(plugins::PROBE)
+        .plugin(plugins::HELLO)
+        .start();
+    let mut conn = s.connect();
+    let mut pipeline = Vec::new();
+    for _ in 0..1100 {
+        pipeline.extend_from_slice(b"GET /probe/early?ms=20000 HTTP/1.1\r\nHost: x\r\n\r\n");
+    }
+    conn.write_all(&pipeline).unwrap();
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    let (mut answered, mut refused) = (0, 0);
+    for _ in 0..1100 {
+        let r = read_response(&mut reader, false);
+        match r.status {
+            200 => answered += 1,
+            503 => {
+                assert_eq!(r.header("retry-after"), Some("1"));
+                refused += 1;
+            }
+            other => panic!("unexpected {other}: {}", r.text()),
+        }
+    }
+    // The plugin got its share of the server's calls (a quarter of --max-calls), no more:
+    // each of those answered and sleeps on; the rest were refused at once.
+    assert_eq!(answered, ankh::limits::MAX_CONCURRENCY, "{refused} refused");
+    assert_eq!(answered + refused, 1100);
+    // With all of them still sleeping, another plugin answers at once, again and again.
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20 {
+        let (status, took) = timed_get(&s, "/hello");
+        assert_eq!(status, 200);
+        slowest = slowest.max(took);
+    }
+    eprintln!("/hello beside 256 sleeping calls: slowest of 20 took {slowest:?}");
+    assert!(slowest < Duration::from_millis(500), "{slowest:?}");
+    // And the greedy plugin itself is refused, not queued behind its own sleepers.
+    let (status, _) = timed_get(&s, "/probe/ok");
+    assert_eq!(status, 503);
+}
