@@ -57,3 +57,58 @@ fn issue32_2_one_plugin_cannot_hold_every_call_slot() {
     let (status, _) = timed_get(&s, "/probe/ok");
     assert_eq!(status, 503);
 }
+
+// See: issue 32, finding 1: a plugin with a writable grant on `shared` replaced `shared/x`
+// with a symbolic link to `..`; the next instance of a plugin granted `shared/x` then opened
+// the plugins directory, where its ordinary writes could rewrite any policy.
+#[test]
+fn issue32_1_a_plugin_cannot_redirect_another_plugins_directory_grant() {
+    let s = Options::default().plugin(plugins::HELLO).start();
+    let dir = s.plugins_dir().to_owned();
+    std::fs::create_dir_all(dir.join("shared/x")).unwrap();
+    std::fs::write(
+        dir.join("hostile.toml"),
+        "[capabilities]\ndirs = [{ host = \"shared\", guest = \"/shared\", writable = true }]\n",
+    )
+    .unwrap();
+    // A fresh instance for every request: each one is given its grant anew.
+    std::fs::write(
+        dir.join("probe.toml"),
+        "[capabilities]\ndirs = [{ host = \"shared/x\", guest = \"/data\", writable = true }]\n[instances]\nmode = \"fresh\"\n",
+    )
+    .unwrap();
+    s.install("hostile", plugins::HOSTILE);
+    s.install("probe", plugins::PROBE);
+    s.eventually("/probe/write?path=/data/before.txt", |st, body| {
+        st == 200 && body == "wrote"
+    });
+    assert!(dir.join("shared/x/before.txt").is_file());
+    std::fs::remove_file(dir.join("shared/x/before.txt")).unwrap();
+
+    // The attack: `shared/x` becomes a link to the plugins directory.
+    assert_eq!(
+        s.get("/hostile/redirect?grant=/shared&name=x&target=..").1,
+        "redirected"
+    );
+    assert!(
+        std::fs::symlink_metadata(dir.join("shared/x"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    // The victim's next instances still have the directory its grant opened (gone now), never
+    // the plugins directory: nothing it writes lands there.
+    for _ in 0..3 {
+        let (status, body) = s.get("/probe/write?path=/data/evil.toml");
+        assert_eq!(status, 200);
+        assert!(body.starts_with("error"), "{body}");
+    }
+    assert!(!dir.join("evil.toml").exists());
+    assert!(!dir.join("shared/evil.toml").exists());
+    // Reloaded (its policy touched), the grant is refused: it names a link now.
+    let policy = std::fs::read_to_string(dir.join("probe.toml")).unwrap();
+    std::fs::write(dir.join("probe.toml"), policy + "\n").unwrap();
+    let log = s.wait_for_log("a grant never follows a symbolic link");
+    assert!(log.contains("probe.toml"), "{log}");
+    assert_eq!(s.get("/hello").0, 200);
+}

@@ -87,6 +87,28 @@ fn early(req: &Request) -> Outcome {
     Outcome::Done
 }
 
+/// Replaces the directory `name` of the granted directory `grant` (writable) with a symbolic
+/// link to `target`: how a plugin would redirect another plugin's grant that lies inside its
+/// own. Raw WASI, as the standard library's `symlink_path` is unstable.
+fn redirect(req: &Request) -> String {
+    let grant = req.query_param("grant").unwrap_or_default();
+    let name = req.query_param("name").unwrap_or_default();
+    let target = req.query_param("target").unwrap_or_default();
+    let Some((dir, _)) = wasip2::filesystem::preopens::get_directories()
+        .into_iter()
+        .find(|(_, path)| *path == grant)
+    else {
+        return format!("no grant {grant}");
+    };
+    if let Err(e) = dir.remove_directory_at(&name) {
+        return format!("rmdir error {e:?}");
+    }
+    match dir.symlink_at(&target, &name) {
+        Ok(()) => "redirected".to_owned(),
+        Err(e) => format!("symlink error {e:?}"),
+    }
+}
+
 fn spin(_req: &Request) -> &'static str {
     let mut x = 0u64;
     loop {
@@ -289,6 +311,7 @@ fn router() -> Router {
         .get("/sleep", sleep)
         .get("/early", early)
         .get("/spin", spin)
+        .get("/redirect", redirect)
         .get("/kv-fill", kv_fill)
         .get("/kv-bounds", kv_bounds)
         .get("/pollables", pollables)
