@@ -654,6 +654,7 @@ fn table_number(text: &str, unit: ankh::settings::Unit) -> Option<u64> {
         .unwrap_or(text.len())..]
         .split_whitespace()
         .next()
+        .filter(|unit| ["KiB", "MiB", "s", "ms"].contains(unit))
         .unwrap_or("");
     Some(match (unit, suffix) {
         (Unit::Bytes, "KiB") => n << 10,

@@ -112,3 +112,42 @@ fn issue32_1_a_plugin_cannot_redirect_another_plugins_directory_grant() {
     assert!(log.contains("probe.toml"), "{log}");
     assert_eq!(s.get("/hello").0, 200);
 }
+
+// See: issue 32, finding 3: the admin listener served one connection at a time with a 5 s
+// timeout per read and no total deadline: a client sending a byte every 3 s kept /healthz and
+// /readyz from answering for hours.
+#[test]
+fn issue32_3_slow_clients_do_not_hold_the_admin_port() {
+    let s = Options::default()
+        .plugin(plugins::HELLO)
+        .flag("--admin", "127.0.0.1:0")
+        .flag("--head-timeout-ms", 1500)
+        .start();
+    let admin = crate::metrics::admin_addr(&s);
+    // Hundreds of clients that start a request and never finish it, each dripping a byte.
+    let mut slow: Vec<std::net::TcpStream> = (0..300)
+        .map(|_| {
+            let mut c = std::net::TcpStream::connect(admin).unwrap();
+            c.write_all(b"GET /healthz HTTP/1.1\r\nHo").unwrap();
+            c
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    for round in 0..20 {
+        for c in slow.iter_mut().skip(round % 3).step_by(3) {
+            let _ = c.write_all(b"s");
+        }
+        let started = Instant::now();
+        let (status, body) = crate::metrics::admin_get(admin, "/healthz");
+        slowest = slowest.max(started.elapsed());
+        assert_eq!((status, body.as_str()), (200, "ok\n"));
+    }
+    eprintln!("/healthz beside 300 dripping clients: slowest of 20 took {slowest:?}");
+    assert!(slowest < Duration::from_millis(500), "{slowest:?}");
+    // The head has a total deadline, as on the main port, however steadily bytes arrive:
+    // every dripping client is answered 408 and closed.
+    let mut first = &slow[0];
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut first, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+}

@@ -1,29 +1,43 @@
 //! The admin listener (`--admin ADDR`, meant for loopback): `/healthz`, `/readyz` and
-//! `/metrics`. A plain blocking thread, one request per connection: admin traffic is a scrape
-//! every few seconds, and it must keep answering when the main loop is saturated. Requests are
-//! parsed and answers encoded by [`crate::proto`], as on the main listener.
+//! `/metrics`, on a thread of its own so that it keeps answering when the main loops are
+//! saturated.
+//!
+//! It is served as the main port is, never blocking on any one client: a `mio` loop of its
+//! own, non-blocking sockets, and a total deadline for each request head (the server's
+//! `--head-timeout-ms`, as on the main port; past it: 408 and close). A client that drips a
+//! byte every few seconds, or hundreds of them, cost a slot each until their deadline and
+//! hold up no one. Past [`ADMIN_MAX_CONNECTIONS`](crate::limits::ADMIN_MAX_CONNECTIONS) the oldest connection is closed to make
+//! room, so a new scrape or probe is always taken in. One request per connection: admin
+//! traffic is a scrape every few seconds. Requests are parsed and answers encoded by
+//! [`crate::proto`], as on the main listener.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use slab::Slab;
 
 use crate::hub::Hub;
-use crate::limits::Limits;
+use crate::limits::{
+    ADMIN_MAX_CONNECTIONS, ADMIN_MAX_REQUEST_BYTES, ADMIN_WRITE_TIMEOUT, Limits, READ_CHUNK_BYTES,
+};
 use crate::metrics::Metrics;
 use crate::net::event_loop::StopHandle;
-use crate::proto::request;
+use crate::net::io::{Step, read_some, write_some};
+use crate::proto::request::{self, RequestHead};
 use crate::proto::response::{self, RequestMeta};
-use crate::proto::{Status, Version};
+use crate::proto::{ProtoError, Status, Version};
 use crate::runtime::engine::registry::Registry;
 
-/// Longest admin request head, in bytes.
-const MAX_ADMIN_REQUEST_BYTES: usize = 4096;
+/// The listener's token; connections use their slab slot.
+const LISTENER: Token = Token(usize::MAX);
 
-/// How long an admin client may take to send its request.
-const ADMIN_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often deadlines are checked when nothing else happens.
+const SWEEP: Duration = Duration::from_millis(100);
 
 /// What the admin endpoints look at.
 pub(crate) struct AdminState {
@@ -36,61 +50,214 @@ pub(crate) struct AdminState {
     pub registry: Arc<Registry>,
     pub stop: StopHandle,
     pub queue_depth: Box<dyn Fn() -> usize + Send + Sync>,
+    /// The whole request head must arrive within this of the connection's first byte.
+    pub head_timeout: Duration,
 }
 
 /// Binds `addr` and serves the admin endpoints on a thread of their own.
 pub(crate) fn start(addr: SocketAddr, state: AdminState) -> anyhow::Result<SocketAddr> {
-    let listener =
-        TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr} (--admin)"))?;
-    let local = listener.local_addr()?;
+    let std_listener = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("cannot listen on {addr} (--admin)"))?;
+    std_listener.set_nonblocking(true)?;
+    let local = std_listener.local_addr()?;
+    let mut listener = TcpListener::from_std(std_listener);
+    let poll = Poll::new()?;
+    poll.registry()
+        .register(&mut listener, LISTENER, Interest::READABLE)?;
     std::thread::Builder::new()
         .name("ankh-admin".into())
         .spawn(move || {
-            for stream in listener.incoming().flatten() {
-                if let Err(e) = serve(stream, &state) {
-                    tracing::debug!("admin request failed: {e}");
-                }
+            let mut admin = Admin {
+                poll,
+                listener,
+                conns: Slab::new(),
+                state,
+            };
+            if let Err(e) = admin.run() {
+                tracing::error!("the admin listener stopped: {e}");
             }
         })?;
     Ok(local)
 }
 
-fn serve(mut stream: TcpStream, state: &AdminState) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(ADMIN_READ_TIMEOUT))?;
-    // The same parser and encoder as the main listener: one set of HTTP rules.
-    let limits = Limits {
-        max_head_bytes: MAX_ADMIN_REQUEST_BYTES,
-        ..Limits::default()
-    };
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 1024];
-    let head = loop {
-        match request::parse(&buf, &limits) {
-            Ok(Status::Complete(head, _)) => break Ok(head),
-            Ok(Status::Partial) => {}
-            Err(e) => break Err(e),
+/// One admin connection: reading its head, then writing its answer.
+struct AdminConn {
+    stream: TcpStream,
+    opened: Instant,
+    input: Vec<u8>,
+    /// The answer, once there is one, and how much of it is written.
+    out: Option<(Vec<u8>, usize)>,
+    answered: Option<Instant>,
+}
+
+struct Admin {
+    poll: Poll,
+    listener: TcpListener,
+    conns: Slab<AdminConn>,
+    state: AdminState,
+}
+
+impl Admin {
+    fn run(&mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(256);
+        loop {
+            match self.poll.poll(&mut events, Some(SWEEP)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            for event in &events {
+                match event.token() {
+                    LISTENER => self.accept(),
+                    Token(slot) => self.advance(slot),
+                }
+            }
+            self.sweep(Instant::now());
         }
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Ok(());
+    }
+
+    /// Accepts until the listener would block; at the cap, the oldest connection makes room.
+    fn accept(&mut self) {
+        loop {
+            let (mut stream, _) = match self.listener.accept() {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::debug!("admin accept failed: {e}");
+                    return;
+                }
+            };
+            if self.conns.len() >= ADMIN_MAX_CONNECTIONS
+                && let Some(oldest) = self
+                    .conns
+                    .iter()
+                    .min_by_key(|(_, c)| c.opened)
+                    .map(|(slot, _)| slot)
+            {
+                self.close(oldest);
+            }
+            let entry = self.conns.vacant_entry();
+            let token = Token(entry.key());
+            if self
+                .poll
+                .registry()
+                .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+                .is_err()
+            {
+                continue;
+            }
+            entry.insert(AdminConn {
+                stream,
+                opened: Instant::now(),
+                input: Vec::new(),
+                out: None,
+                answered: None,
+            });
         }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let mut out = Vec::new();
-    let meta = |head: bool| RequestMeta {
+    }
+
+    /// Reads what has arrived; once the head is complete (or wrong), answers; writes what the
+    /// socket takes; closes when done.
+    fn advance(&mut self, slot: usize) {
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return;
+        };
+        if conn.out.is_none() {
+            let mut chunk = [0u8; READ_CHUNK_BYTES];
+            loop {
+                match read_some(&mut conn.stream, &mut chunk) {
+                    Ok(Step::Moved(n)) => conn.input.extend_from_slice(&chunk[..n]),
+                    Ok(Step::WouldBlock) => break,
+                    Ok(Step::Eof) | Err(_) => return self.close(slot),
+                }
+                if conn.input.len() > ADMIN_MAX_REQUEST_BYTES {
+                    break;
+                }
+            }
+            let limits = Limits {
+                max_head_bytes: ADMIN_MAX_REQUEST_BYTES,
+                ..Limits::default()
+            };
+            match request::parse(&conn.input, &limits) {
+                Ok(Status::Partial) => return,
+                Ok(Status::Complete(head, _)) => {
+                    conn.out = Some((answer(&self.state, &head), 0));
+                }
+                Err(e) => conn.out = Some((refusal(&e), 0)),
+            }
+            conn.answered = Some(Instant::now());
+        }
+        let Some((out, written)) = &mut conn.out else {
+            return;
+        };
+        while *written < out.len() {
+            match write_some(&mut conn.stream, &out[*written..]) {
+                Ok(Step::Moved(n)) => *written += n,
+                Ok(Step::WouldBlock) => return,
+                Ok(Step::Eof) | Err(_) => break,
+            }
+        }
+        self.close(slot);
+    }
+
+    /// Answers 408 to a head past its deadline, drops an answer the client does not read.
+    fn sweep(&mut self, now: Instant) {
+        let head_timeout = self.state.head_timeout;
+        let late: Vec<(usize, bool)> = self
+            .conns
+            .iter()
+            .filter_map(|(slot, c)| match c.answered {
+                None if now.duration_since(c.opened) >= head_timeout => Some((slot, true)),
+                Some(at) if now.duration_since(at) >= ADMIN_WRITE_TIMEOUT => Some((slot, false)),
+                _ => None,
+            })
+            .collect();
+        for (slot, reading) in late {
+            if reading {
+                let conn = &mut self.conns[slot];
+                let mut out = Vec::new();
+                response::encode_simple(
+                    408,
+                    &[],
+                    "the request head took too long",
+                    &meta(false),
+                    &mut out,
+                );
+                conn.out = Some((out, 0));
+                conn.answered = Some(now);
+                self.advance(slot);
+            } else {
+                self.close(slot);
+            }
+        }
+    }
+
+    fn close(&mut self, slot: usize) {
+        if let Some(mut conn) = self.conns.try_remove(slot) {
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+        }
+    }
+}
+
+fn meta(head: bool) -> RequestMeta<'static> {
+    RequestMeta {
         version: Version::Http11,
         head,
         keep_alive: false,
         accept_encoding: None,
-    };
-    let head = match head {
-        Ok(head) => head,
-        Err(e) => {
-            response::encode_simple(e.status(), &[], &e.to_string(), &meta(false), &mut out);
-            stream.write_all(&out)?;
-            return stream.flush();
-        }
-    };
+    }
+}
+
+/// The answer to a malformed request.
+fn refusal(e: &ProtoError) -> Vec<u8> {
+    let mut out = Vec::new();
+    response::encode_simple(e.status(), &[], &e.to_string(), &meta(false), &mut out);
+    out
+}
+
+/// The answer to a request of the admin endpoints.
+fn answer(state: &AdminState, head: &RequestHead) -> Vec<u8> {
     let (status, content_type, body) = match (&*head.method, &*head.path) {
         ("GET" | "HEAD", "/healthz") => (200, "text/plain", "ok\n".to_owned()),
         ("GET" | "HEAD", "/readyz") => {
@@ -125,6 +292,7 @@ fn serve(mut stream: TcpStream, state: &AdminState) -> std::io::Result<()> {
         _ => (405, "text/plain", "method not allowed\n".to_owned()),
     };
     let headers = [("content-type".to_owned(), content_type.as_bytes().to_vec())];
+    let mut out = Vec::new();
     let _ = response::encode(
         status,
         &headers,
@@ -132,6 +300,5 @@ fn serve(mut stream: TcpStream, state: &AdminState) -> std::io::Result<()> {
         &meta(head.is_head()),
         &mut out,
     );
-    stream.write_all(&out)?;
-    stream.flush()
+    out
 }

@@ -236,6 +236,17 @@ pub const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
 /// whatever the write pattern (see `runtime::engine::proxy`).
 pub const HTTP_BODY_WRITE_BYTES: usize = 4096;
 
+/// The admin listener: the longest request head, in bytes (past it: 431).
+pub const ADMIN_MAX_REQUEST_BYTES: usize = 4096;
+
+/// The admin listener: connections open at once; past it the oldest is closed to make room
+/// for the new one, so a probe is always taken in however many clients drip bytes.
+pub const ADMIN_MAX_CONNECTIONS: usize = 1024;
+
+/// The admin listener: how long an answer may take to be written out before its connection
+/// is dropped. (Its request heads have the main port's deadline, `--head-timeout-ms`.)
+pub const ADMIN_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Open client connections; the one past this is accepted and closed at once.
 pub const MAX_CONNECTIONS: usize = 10_000;
 

@@ -174,6 +174,7 @@ impl Server {
                     registry: registry.clone(),
                     stop: stop.clone(),
                     queue_depth: Box::new(depth),
+                    head_timeout: config.limits.head_timeout,
                 },
             )?),
             None => None,
