@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::access::Access;
+use crate::limits::LOOP_BODY_BYTES;
 use crate::message::{ConnId, WsEvent, WsId};
 use crate::pool::exchange::{Exchange, Origin, Responder};
 use crate::pool::job::{EventJob, RequestJob};
@@ -21,6 +22,7 @@ use crate::runtime::engine::incoming::Incoming;
 use crate::runtime::engine::instance::{Failure, Instance, InvokeError};
 use crate::runtime::engine::packed::Answer;
 use crate::runtime::engine::plugin::Plugin;
+use crate::runtime::sandbox::exec::leave_loop;
 use crate::ws_router::WsRouter;
 
 /// Close code for a WebSocket whose plugin failed while handling one of its events.
@@ -251,6 +253,9 @@ impl Call {
                 headers,
                 body,
             }) => {
+                if body.len() > LOOP_BODY_BYTES {
+                    leave_loop().await;
+                }
                 // Refused (and logged) if the handler already responded early.
                 let _ = call.respond(status, &headers, body);
             }

@@ -80,6 +80,7 @@ pub(super) fn install(parts: Arc<Parts>, shard: usize, budget: Option<Duration>)
         ready: tasks.ready_flag(),
         // A guest computing on a loop always gives the loop back at a tick.
         waiting: Box::new(|| true),
+        event_loop: true,
     });
     Local::install();
     INLINE.with(|cell| {

@@ -321,3 +321,77 @@ impl Tasks {
         Polled::Stays
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::ConnId;
+    use crate::runtime::sandbox::exec::{Executor, leave_loop, set_executor};
+
+    fn tasks(event_loop: bool) -> Tasks {
+        let (tx, _rx) = super::super::reply::reply_channel(Arc::new(|| {}));
+        set_executor(Executor {
+            ready: Arc::new(AtomicBool::new(false)),
+            waiting: Box::new(|| true),
+            event_loop,
+        });
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        Tasks::new(
+            Replies::new(vec![tx]),
+            Arc::new(CallSlots::new(4, metrics)),
+            Box::new(|| {}),
+            event_loop,
+        )
+    }
+
+    fn call(future: impl Future<Output = ()> + Send + 'static) -> Running {
+        Running {
+            future: Box::pin(future),
+            fallback: Fallback::Event {
+                conn: ConnId {
+                    shard: 0,
+                    slot: 0,
+                    serial: 1,
+                },
+                ws: 1,
+                plugin: Arc::from("p"),
+            },
+        }
+    }
+
+    // See: issue 32, finding 4: host work on a big body leaves the event loop.
+    #[test]
+    fn a_call_that_leaves_the_loop_is_handed_on() {
+        let mut tasks = tasks(true);
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        let polled = tasks.spawn(call(async move {
+            leave_loop().await;
+            flag.store(true, Ordering::Relaxed);
+        }));
+        let Polled::Computing(mut running) = polled else {
+            panic!("the call stayed on the loop");
+        };
+        assert!(!done.load(Ordering::Relaxed), "the work ran on the loop");
+        // Where it is polled next (a worker), it goes on at once.
+        let waker = Waker::noop();
+        let _ = running
+            .future
+            .as_mut()
+            .poll(&mut Context::from_waker(waker));
+        assert!(done.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn on_a_worker_leaving_the_loop_costs_nothing() {
+        let mut tasks = tasks(false);
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        let polled = tasks.spawn(call(async move {
+            leave_loop().await;
+            flag.store(true, Ordering::Relaxed);
+        }));
+        assert!(matches!(polled, Polled::Stays));
+        assert!(done.load(Ordering::Relaxed), "it did not wait");
+    }
+}

@@ -112,6 +112,7 @@ impl Worker {
         crate::runtime::sandbox::exec::set_executor(crate::runtime::sandbox::exec::Executor {
             ready: self.tasks.ready_flag(),
             waiting: Box::new(move || !queue.is_empty()),
+            event_loop: false,
         });
         Local::install();
         // WASI's sockets and files need a tokio reactor to register with.

@@ -9,9 +9,11 @@ wasmtime::component::bindgen!({
     // Calls run on fibers (see `crate::pool`). A key-value call awaits the store (a write its
     // commit, a read a remote store's answer), and a WebSocket send, close or publish may
     // await Redis (a connection on another process, `--pubsub`): either suspends the call and
-    // frees its thread. The other imports answer at once.
+    // frees its thread. An early response with a big body first moves its call off the event
+    // loop (see `exec::leave_loop`). The other imports answer at once.
     exports: { default: async },
     imports: {
+        "ankh:plugin/http.respond": async,
         "ankh:plugin/kv.get": async,
         "ankh:plugin/kv.get-many": async,
         "ankh:plugin/kv.exists": async,
@@ -39,6 +41,7 @@ pub mod legacy {
         world: "plugin",
         exports: { default: async },
         imports: {
+            "ankh:plugin/http.respond": async,
             "ankh:plugin/kv.get": async,
             "ankh:plugin/kv.list-keys": async,
             "ankh:plugin/kv.set": async,

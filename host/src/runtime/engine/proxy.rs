@@ -34,6 +34,9 @@ use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use crate::runtime::bindings::types;
 use crate::runtime::sandbox::store::HostState;
 
+use crate::limits::LOOP_BODY_BYTES;
+use crate::runtime::sandbox::exec::leave_loop;
+
 /// The authority given to a request that names none (HTTP/1.0 without `Host`): wasi-http
 /// requires one.
 const SYNTHESIZED_AUTHORITY: &str = "localhost";
@@ -233,6 +236,7 @@ async fn read_response(
 ) -> Result<types::Response, Answer> {
     let (parts, mut body) = response.into_parts();
     let mut bytes = Vec::new();
+    let mut on_loop = true;
     while let Some(frame) = body.frame().await {
         let frame =
             frame.map_err(|e| Answer(500, format!("the handler's response body failed: {e}")))?;
@@ -244,6 +248,11 @@ async fn read_response(
                 ));
             }
             bytes.extend_from_slice(&data);
+            // A big body is collected (and then compressed) on a worker, not on the loop.
+            if on_loop && bytes.len() > LOOP_BODY_BYTES {
+                on_loop = false;
+                leave_loop().await;
+            }
         }
         // Trailers are dropped: the body is buffered, and ankh's responses carry none.
     }

@@ -6,8 +6,10 @@
 
 use std::any::Any;
 
+use crate::limits::LOOP_BODY_BYTES;
 use crate::runtime::bindings::ankh::plugin::http;
 use crate::runtime::bindings::types::{self, RespondError};
+use crate::runtime::sandbox::exec::leave_loop;
 use crate::runtime::sandbox::store::HostState;
 
 /// A second final response was refused.
@@ -27,7 +29,13 @@ pub trait Respond: Any + Send {
 }
 
 impl http::Host for HostState {
-    fn respond(&mut self, response: types::Response) -> Result<(), RespondError> {
+    async fn respond(&mut self, response: types::Response) -> Result<(), RespondError> {
+        if self.call.is_none() {
+            return Err(RespondError::NoRequest);
+        }
+        if response.body.len() > LOOP_BODY_BYTES {
+            leave_loop().await;
+        }
         let call = self.call.as_mut().ok_or(RespondError::NoRequest)?;
         let headers: Vec<_> = response
             .headers

@@ -33,8 +33,8 @@ impl log::Host for HostState {
 }
 
 impl http::Host for HostState {
-    fn respond(&mut self, response: Response) -> Result<(), RespondError> {
-        current::http::Host::respond(self, response)
+    async fn respond(&mut self, response: Response) -> Result<(), RespondError> {
+        current::http::Host::respond(self, response).await
     }
 }
 

@@ -45,6 +45,9 @@ pub struct Executor {
     pub ready: Arc<AtomicBool>,
     /// Whether work is waiting that this executor could start (a job in the queue).
     pub waiting: Box<dyn Fn() -> bool>,
+    /// Whether this thread is an event loop, which hands a call that yields on to the
+    /// workers (see [`leave_loop`]).
+    pub event_loop: bool,
 }
 
 thread_local! {
@@ -69,6 +72,31 @@ pub fn set_executor(executor: Executor) {
     EXECUTOR.with(|cell| {
         let _ = cell.set(executor);
     });
+}
+
+/// Whether this thread is an event loop (its executor hands yielding calls on).
+pub fn on_event_loop() -> bool {
+    EXECUTOR.with(|cell| cell.get().is_some_and(|e| e.event_loop))
+}
+
+/// Moves the call off its event loop before host work that would hold the loop: collecting
+/// or compressing a large body. An epoch tick moves a call whose *guest* computes; the host's
+/// own work is never interrupted by one, so a guest that answers a big body quickly would
+/// leave that work to the loop. On a loop this yields once, as a guest computing at a tick
+/// does, and the loop hands the call to the workers (where their queue is full it stays and
+/// goes on here); anywhere else it is ready at once.
+pub async fn leave_loop() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded || !on_event_loop() {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        note_yield();
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await;
 }
 
 /// Whether a guest that is still computing at an epoch tick should give its thread up: other

@@ -136,7 +136,13 @@ impl wasip2::exports::http::incoming_handler::Guest for Echo {
                 let n: usize = param(query, "bytes")
                     .and_then(|b| b.parse().ok())
                     .unwrap_or(0);
-                let bytes: Vec<u8> = (0..n).map(|i| b'a' + (i % 26) as u8).collect();
+                // The repeating alphabet, made by doubling (a memcpy at a time, so that making
+                // a big body costs the guest little).
+                let mut bytes = Vec::with_capacity(n);
+                bytes.extend((0..26.min(n)).map(|i| b'a' + i as u8));
+                while bytes.len() < n {
+                    bytes.extend_from_within(..bytes.len().min(n - bytes.len()));
+                }
                 let headers = Fields::new();
                 headers
                     .append("content-type", b"text/plain")

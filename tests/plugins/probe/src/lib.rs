@@ -12,6 +12,8 @@
 //! - `/probe/none`: returns `done` without responding
 //! - `/probe/close`: `ok` with `Connection: close`
 //! - `POST /probe/inc`: `{"val": n}` → `{"val": n+1}`
+//! - `/probe/cached?n=N`: N bytes of text made once per instance and kept, so that answering
+//!   them again costs the guest only a copy
 //! - `/probe/big?n=N&type=T&enc=E`: N bytes (default 4096) of compressible text, Content-Type T
 //!   (default `text/plain`), and `Content-Encoding: E` when given (the body is not encoded)
 //! - `/probe/sleep?ms=N`: logs `sleeping N`, sleeps N ms, then `slept N`
@@ -109,6 +111,15 @@ fn inc(req: &Request) -> Result<Response, Response> {
         .checked_add(1)
         .ok_or_else(|| Response::bad_request("val + 1 overflows an i64"))?;
     Ok(Response::json(&Val { val }))
+}
+
+/// `n` bytes of text made once per instance and kept: later calls answer it at almost no
+/// cost to the guest (a copy), so what the answer costs is the host's (compressing it).
+fn cached(req: &Request) -> Result<Response, Response> {
+    static BODY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let n = query(req, "n", Some(BIG_DEFAULT_BYTES))?;
+    let body = BODY.get_or_init(|| (0..n).map(|i| b'a' + (i % 26) as u8).collect());
+    Ok(Response::bytes("text/plain", body.clone()))
 }
 
 fn big(req: &Request) -> Result<Response, Response> {
@@ -245,6 +256,7 @@ fn router() -> Router {
         )
         .post("/inc", counted(inc))
         .get("/big", counted(big))
+        .get("/cached", counted(cached))
         .get("/sleep", counted(sleep))
         .get("/log", counted(log_marker))
         .get("/kv", counted(kv_increment))
