@@ -217,3 +217,83 @@ fn issue32_4_a_big_response_is_made_off_the_event_loop() {
         assert!(worst < Duration::from_millis(100), "{big}: worst {worst:?}");
     }
 }
+
+// See: issue 32, finding 6: user information in an outbound URL reached the upstream's
+// `Host` header (`http://a:b@127.0.0.1:PORT/` gave `host: a:b@127.0.0.1:PORT`).
+#[test]
+fn issue32_6_an_outbound_url_with_credentials_is_refused() {
+    use crate::upstream::{Mode, Upstream};
+    let up = Upstream::start(Mode::Hello);
+    let s = Options::default()
+        .plugin(plugins::PROBE)
+        .file(
+            "probe.toml",
+            format!("[capabilities]\nhttp = [\"{}\"]\n", up.origin()).as_bytes(),
+        )
+        .start();
+    let with_credentials = format!("http://a:b@{}/", up.addr);
+    let (status, body) = s.get(&format!("/probe/fetch?url={with_credentials}"));
+    assert_eq!(status, 502, "{body}");
+    s.wait_for_log("a URL with user information (user:password@) is refused");
+    assert_eq!(up.accepted(), 0, "the request went out");
+    // The same origin without them is reached.
+    assert_eq!(s.get(&format!("/probe/fetch?url={}/", up.origin())).0, 200);
+}
+
+// See: issue 32, finding 6: a plugin filled its 64 metric labels for outbound origins with
+// denied hostnames of its choosing.
+#[test]
+fn issue32_6_denied_calls_mint_no_metric_labels() {
+    let s = Options::default()
+        .plugin(plugins::PROBE)
+        .flag("--admin", "127.0.0.1:0")
+        .start();
+    for i in 0..70 {
+        let (status, _) = s.get(&format!("/probe/fetch?url=http://chosen-{i}.example/"));
+        assert_eq!(status, 502);
+    }
+    let admin = crate::metrics::admin_addr(&s);
+    let (_, text) = crate::metrics::admin_get(admin, "/metrics");
+    assert!(!text.contains("chosen-"), "{text}");
+    let m = crate::metrics::scrape(admin);
+    let denied = [("plugin", "probe"), ("origin", "denied")];
+    assert_eq!(
+        crate::metrics::value(&m, "ankh_outbound_requests_total", &denied),
+        70.0
+    );
+    assert_eq!(
+        crate::metrics::value(&m, "ankh_outbound_errors_total", &denied),
+        70.0
+    );
+}
+
+// See: issue 32, finding 6: a policy took a route nested inside another plugin's mount
+// (`routes = ["/hello/x"]`) silently, and served part of that plugin's paths.
+#[test]
+fn issue32_6_a_route_nested_in_another_plugins_is_refused_unless_allowed() {
+    let s = Options::default()
+        .plugin(plugins::HELLO)
+        .plugin_as("aaa", plugins::ECHO)
+        .file("aaa.toml", b"routes = [\"/hello/x\", \"/aaa\"]\n")
+        .start();
+    let log = s.wait_for_log("plugin `aaa` is refused");
+    assert!(
+        log.contains("plugin `aaa` is refused: its route /hello/x is nested with plugin `hello`'s route /hello"),
+        "{log}"
+    );
+    // hello keeps its whole subtree (its own router answers /hello/x, not echo's).
+    assert!(!s.get("/hello/x").1.contains("\"mount\""));
+    assert_eq!(s.get("/aaa").0, 404);
+    drop(s);
+    // Where the operator allows nesting, the longest prefix wins.
+    let s = Options::default()
+        .plugin(plugins::HELLO)
+        .plugin_as("aaa", plugins::ECHO)
+        .file("aaa.toml", b"routes = [\"/hello/x\"]\n")
+        .arg("--allow-nested-routes")
+        .start();
+    let (status, body) = s.get("/hello/x/y");
+    assert_eq!(status, 200);
+    assert!(body.contains("\"mount\":\"/hello/x\""), "{body}");
+    assert_eq!(s.get("/hello").1, "Hello, World!");
+}

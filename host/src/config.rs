@@ -88,6 +88,8 @@ pub struct ServeConfig {
     pub pubsub: Pubsub,
     /// Bind with `SO_REUSEPORT`, so that several processes share the port.
     pub reuse_port: bool,
+    /// Let a plugin mount a route nested in another plugin's.
+    pub allow_nested_routes: bool,
     /// Processes `ankh serve` runs (1: this one; more: a supervisor of that many).
     pub processes: usize,
     pub workers: usize,
@@ -145,6 +147,7 @@ impl ServeConfig {
             kv: KvBackend::Memory,
             pubsub: Pubsub::Off,
             reuse_port: false,
+            allow_nested_routes: false,
             processes: 0,
             workers: 0,
             io_threads: 0,
@@ -378,6 +381,15 @@ static SERVER: &[Setting<ServeConfig>] = &[
         default: || Value::Bool(false),
         apply: |c, v| set(&mut c.reuse_port, v.bool()),
         read: |c| Value::Bool(c.reuse_port),
+    },
+    Setting {
+        key: "allow_nested_routes",
+        flag: Flag::On("allow-nested-routes"),
+        kind: Kind::Switch,
+        doc: "Let a plugin's policy mount a route nested in another plugin's (/hello/x beside /hello; the longest prefix wins). Without it such a route is refused like an equal one",
+        default: || Value::Bool(false),
+        apply: |c, v| set(&mut c.allow_nested_routes, v.bool()),
+        read: |c| Value::Bool(c.allow_nested_routes),
     },
     Setting {
         key: "processes",

@@ -87,7 +87,7 @@ impl Server {
             metrics.clone(),
         )
         .context("cannot set up the wasm runtime")?;
-        let registry = Arc::new(Registry::default());
+        let registry = Arc::new(Registry::new(config.allow_nested_routes));
         crate::runtime::engine::registry::start_trimming(
             Arc::downgrade(&registry),
             crate::limits::INSTANCE_TRIM_INTERVAL,

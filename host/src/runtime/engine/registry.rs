@@ -6,9 +6,11 @@
 //! keeps the version it started with.
 //!
 //! A prefix is held by one plugin at a time: a plugin whose routes claim a prefix another
-//! plugin holds (its policy names `/hello` while `hello` is mounted, or a second fallback) is
-//! refused as a whole, and the holder keeps serving. Which one holds it therefore never
-//! depends on reload order: the first to mount it keeps it until it is unmounted.
+//! plugin holds (its policy names `/hello` while `hello` is mounted, or a second fallback), or
+//! one nested inside it (`/hello/x`, or `/api` while another holds `/api/v1`), is refused as a
+//! whole, and the holder keeps serving. Which one holds it therefore never depends on reload
+//! order: the first to mount it keeps it until it is unmounted. Nested routes are allowed
+//! when the server says so (`allow_nested_routes`); the longest prefix then wins.
 
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -24,24 +26,44 @@ pub struct Mount {
     pub plugin: Arc<Plugin>,
 }
 
-/// A plugin's route is held by another plugin.
+/// A plugin's route is held by another plugin, or nested in one of its routes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "its route {} is already served by plugin `{holder}`",
-    display_mount(prefix)
-)]
-pub struct Conflict {
-    pub prefix: String,
-    pub holder: Arc<str>,
+pub enum Conflict {
+    #[error(
+        "its route {} is already served by plugin `{holder}`",
+        display_mount(prefix)
+    )]
+    Held { prefix: String, holder: Arc<str> },
+    #[error(
+        "its route {} is nested with plugin `{holder}`'s route {} (the server's allow_nested_routes lets routes nest)",
+        display_mount(prefix),
+        display_mount(held)
+    )]
+    Nested {
+        prefix: String,
+        holder: Arc<str>,
+        held: String,
+    },
 }
 
 /// The routing table.
 #[derive(Debug, Default)]
 pub struct Registry {
     table: RwLock<Arc<Vec<Mount>>>,
+    /// Whether a plugin may mount a route nested in another plugin's.
+    allow_nested: bool,
 }
 
 impl Registry {
+    /// An empty table; `allow_nested`: a plugin may mount a route below (or above) another
+    /// plugin's.
+    pub fn new(allow_nested: bool) -> Registry {
+        Registry {
+            table: RwLock::default(),
+            allow_nested,
+        }
+    }
+
     /// Looks up the plugin for `path`.
     pub fn route(&self, path: &str) -> Option<Mount> {
         let table = self.snapshot();
@@ -75,9 +97,18 @@ impl Registry {
             .collect();
         for route in &plugin.policy.routes {
             if let Some(held) = next.iter().find(|m| &*m.prefix == route) {
-                return Err(Conflict {
+                return Err(Conflict::Held {
                     prefix: route.clone(),
                     holder: held.plugin.name.clone(),
+                });
+            }
+            if !self.allow_nested
+                && let Some(held) = next.iter().find(|m| nested(&m.prefix, route))
+            {
+                return Err(Conflict::Nested {
+                    prefix: route.clone(),
+                    holder: held.plugin.name.clone(),
+                    held: held.prefix.to_string(),
                 });
             }
         }
@@ -129,6 +160,17 @@ pub fn display_mount(prefix: &str) -> &str {
     } else {
         prefix
     }
+}
+
+/// Whether one of two different prefixes lies below the other (`/a` and `/a/b`; the fallback
+/// `""` nests with nothing: it serves what no prefix matches).
+fn nested(a: &str, b: &str) -> bool {
+    let below = |inner: &str, outer: &str| {
+        inner
+            .strip_prefix(outer)
+            .is_some_and(|rest| rest.starts_with('/'))
+    };
+    !a.is_empty() && !b.is_empty() && (below(a, b) || below(b, a))
 }
 
 /// `/hello` matches `/hello`, `/hello/` and `/hello/x`, not `/helloworld`; `""` matches all.

@@ -249,11 +249,21 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
 
 fn is_public_v6(ip: Ipv6Addr) -> bool {
     let s = ip.segments();
+    // 6to4 (2002::/16) carries an IPv4 address in its next 32 bits: it is public only if that
+    // address is.
+    if s[0] == 0x2002 {
+        let [a, b] = s[1].to_be_bytes();
+        let [c, d] = s[2].to_be_bytes();
+        return is_public_v4(Ipv4Addr::new(a, b, c, d));
+    }
     !(ip.is_unspecified()
+        // IPv4-compatible addresses (::a.b.c.d, ::/96, deprecated by RFC 4291).
+        || s[..6] == [0; 6]
         || ip.is_loopback()
         || ip.is_multicast()
         // Unique local (fc00::/7), link-local (fe80::/10), site-local (fec0::/10, deprecated),
-        // documentation (2001:db8::/32), NAT64 and discard prefixes.
+        // documentation (2001:db8::/32), NAT64 (64:ff9b::/96 and the local-use
+        // 64:ff9b:1::/48 within 64:ff9b::/32) and discard prefixes.
         || (s[0] & 0xfe00) == 0xfc00
         || (s[0] & 0xffc0) == 0xfe80
         || (s[0] & 0xffc0) == 0xfec0
@@ -362,5 +372,27 @@ mod tests {
             !g.may_connect(Scheme::Http, lo, 9000),
             "a name is no literal grant"
         );
+    }
+
+    // See: issue 32, finding 6: three IPv6 forms of private IPv4 addresses passed as public.
+    #[test]
+    fn ipv6_addresses_that_carry_a_private_ipv4_are_not_public() {
+        for text in [
+            "::127.0.0.1",
+            "::10.0.0.1",
+            "::8.8.8.8",
+            "2002:7f00:1::",
+            "2002:a00:1::1",
+            "2002:c0a8:101::",
+            "64:ff9b:1::a00:1",
+            "64:ff9b::7f00:1",
+        ] {
+            let ip: IpAddr = text.parse().unwrap();
+            assert!(!is_public(ip), "{text}");
+        }
+        for text in ["2002:808:808::", "2606:4700::1111", "8.8.8.8"] {
+            let ip: IpAddr = text.parse().unwrap();
+            assert!(is_public(ip), "{text}");
+        }
     }
 }

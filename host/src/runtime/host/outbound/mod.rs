@@ -89,6 +89,9 @@ impl std::fmt::Debug for Outbound {
     }
 }
 
+/// The origin label of the requests that went nowhere (refused before any connection).
+const DENIED: &str = "denied";
+
 /// Why a request went out no further, as the guest learns it and as the log says it.
 fn refuse(plugin: &str, origin: &str, why: &str) {
     warn_limited!(plugin, origin, "outbound HTTP refused: {why}");
@@ -144,7 +147,13 @@ impl Outbound {
         // Whatever happens to the request, the guest's writes into its body keep working and
         // the guest learns the reason from the response (see `Drained`).
         let request = request.map(|body| Drained(Some(body)).boxed_unsync());
-        let target = target(request.uri());
+        // Credentials in the authority (`http://user:pass@host/`) are refused: HTTP senders
+        // must not generate them (RFC 9110, 4.2.4), and they would reach the `Host` header.
+        let userinfo = request
+            .uri()
+            .authority()
+            .is_some_and(|a| a.as_str().contains('@'));
+        let target = target(request.uri()).filter(|_| !userinfo);
         let origin = target
             .as_ref()
             .map(|(scheme, host, port)| format!("{}://{host}:{port}", scheme.as_str()));
@@ -161,7 +170,18 @@ impl Outbound {
         };
         async move {
             let (Some(origin), Some(place)) = (origin, place) else {
+                // Counted under one label: a denied origin is the guest's text, and must not
+                // take one of the plugin's labels.
+                self.metrics.outbound(DENIED, started.elapsed(), false);
                 return Err(match target {
+                    None if userinfo => {
+                        refuse(
+                            &self.plugin,
+                            DENIED,
+                            "a URL with user information (user:password@) is refused",
+                        );
+                        HttpError::HttpRequestUriInvalid
+                    }
                     None => HttpError::HttpRequestUriInvalid,
                     Some((scheme, host, port)) => {
                         let origin = format!("{}://{host}:{port}", scheme.as_str());
@@ -170,7 +190,6 @@ impl Outbound {
                             &origin,
                             "no grant in capabilities.http matches",
                         );
-                        self.metrics.outbound(&origin, started.elapsed(), false);
                         HttpError::HttpRequestDenied
                     }
                 });
