@@ -297,3 +297,22 @@ fn issue32_6_a_route_nested_in_another_plugins_is_refused_unless_allowed() {
     assert!(body.contains("\"mount\":\"/hello/x\""), "{body}");
     assert_eq!(s.get("/hello").1, "Hello, World!");
 }
+
+// See: issue 32, finding 6: with RUST_BACKTRACE=1 set, a host error's backtrace (host file
+// paths and all) reached the guest's error value, and from there the client's 502 body.
+#[test]
+fn issue32_6_a_host_error_reaches_the_guest_without_a_backtrace() {
+    let s = Options {
+        env: vec![("RUST_BACKTRACE".into(), "1".into())],
+        ..Options::default()
+    }
+    .plugin(plugins::HOSTILE)
+    .start();
+    let (status, text) = s.get("/hostile/stream-error");
+    assert_eq!(status, 200);
+    // What went wrong, and nothing of the host's insides.
+    assert!(text.to_lowercase().contains("body"), "{text}");
+    for leak in ["backtrace", "Backtrace", ".rs:", "/root/", "cargo/registry"] {
+        assert!(!text.contains(leak), "{leak} in {text}");
+    }
+}

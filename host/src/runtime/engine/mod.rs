@@ -146,6 +146,7 @@ impl Runtime {
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         crate::runtime::sandbox::waits::add_clocks_to_linker(&mut linker)?;
         crate::runtime::sandbox::waits::add_to_linker(&mut linker)?;
+        crate::runtime::host::io_error::add_to_linker(&mut linker)?;
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
         crate::runtime::host::legacy::add_to_linker(&mut linker)?;
         crate::runtime::host::kv::add_to_linker(&mut linker)?;

@@ -3,6 +3,7 @@
 
 pub mod grants;
 pub mod http;
+pub mod io_error;
 pub mod kv;
 pub mod legacy;
 pub mod log;

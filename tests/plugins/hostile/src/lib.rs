@@ -109,6 +109,27 @@ fn redirect(req: &Request) -> String {
     }
 }
 
+/// The text a host error gives the guest: an outgoing body declared one byte long, written
+/// two, fails with an `error` resource, whose debug string is returned.
+fn stream_error(_req: &Request) -> String {
+    use wasip2::http::types::{Fields, OutgoingRequest};
+    let headers = Fields::new();
+    if headers.append("content-length", b"1").is_err() {
+        return "no header".to_owned();
+    }
+    let request = OutgoingRequest::new(headers);
+    let Ok(body) = request.body() else {
+        return "no body".to_owned();
+    };
+    let Ok(stream) = body.write() else {
+        return "no stream".to_owned();
+    };
+    match stream.write(b"xx") {
+        Err(wasip2::io::streams::StreamError::LastOperationFailed(e)) => e.to_debug_string(),
+        other => format!("unexpected {other:?}"),
+    }
+}
+
 fn spin(_req: &Request) -> &'static str {
     let mut x = 0u64;
     loop {
@@ -312,6 +333,7 @@ fn router() -> Router {
         .get("/early", early)
         .get("/spin", spin)
         .get("/redirect", redirect)
+        .get("/stream-error", stream_error)
         .get("/kv-fill", kv_fill)
         .get("/kv-bounds", kv_bounds)
         .get("/pollables", pollables)
