@@ -316,3 +316,24 @@ fn issue32_6_a_host_error_reaches_the_guest_without_a_backtrace() {
         assert!(!text.contains(leak), "{leak} in {text}");
     }
 }
+
+// See: issue 32, finding 6: header values with whitespace around them were sent as the plugin
+// wrote them, and a request-target with `"`, `{`, `}`, `<` or `>` was answered 200.
+#[test]
+fn issue32_6_values_are_trimmed_and_targets_are_checked() {
+    let s = Options::default()
+        .plugin(plugins::HOSTILE)
+        .plugin(plugins::HELLO)
+        .start();
+    let reply = s.raw(b"GET /hostile/header?value=%20%20spaced%09%20 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(reply.contains("\r\nX-Hostile: spaced\r\n"), "{reply}");
+    for target in ["/hello/\"x\"", "/hello/<x>", "/hello/{x}", "/hello?q=<x>"] {
+        let reply = s.raw(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+        assert!(reply.starts_with("HTTP/1.1 400 "), "{target}: {reply}");
+    }
+    // Braces in a query are what browsers send: served.
+    assert!(
+        s.raw(b"GET /hello?q={a} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .starts_with("HTTP/1.1 200 ")
+    );
+}

@@ -105,6 +105,15 @@ pub fn parse(buf: &[u8], limits: &Limits) -> Result<Status<RequestHead>, ProtoEr
         ));
     }
     let (path, query, authority) = split_target(method, target)?;
+    // RFC 3986 allows none of these in a target, and clients encode them: the WHATWG URL
+    // standard, which browsers and fetch implementations follow, percent-encodes `"`, `<` and
+    // `>` wherever they are, and `{` and `}` in a path. A query keeps `{` and `}` as
+    // browsers send them raw there.
+    if path.bytes().any(|b| b"\"<>{}".contains(&b)) || query.bytes().any(|b| b"\"<>".contains(&b)) {
+        return Err(ProtoError::BadRequest(
+            "the request-target has a character RFC 3986 does not allow (\", <, >, or { } in the path): percent-encode it",
+        ));
+    }
     let mut headers: Vec<Header> = req
         .headers
         .iter()
@@ -531,6 +540,29 @@ mod tests {
     }
 
     #[test]
+    // See: issue 32, finding 6: a target with `"`, `{`, `}`, `<` or `>` was answered 200.
+    #[test]
+    fn characters_clients_always_encode_are_refused_in_a_target() {
+        for target in [
+            "/a\"b",
+            "/<x>",
+            "/a{b}",
+            "/x?q=<script>",
+            "/x?q=\"",
+            "/a>b?c",
+        ] {
+            let raw = format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n");
+            assert_eq!(parse_err(raw.as_bytes()), 400, "{target}");
+        }
+        // Browsers send braces raw in a query, and percent-encoded characters are fine.
+        for target in ["/x?q={\"a\":1}", "/x?q={a}", "/a%22b%7Bc%7D"] {
+            let raw =
+                format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n").replace("\"a\"", "%22a%22");
+            let (head, _) = parse_ok(raw.as_bytes());
+            assert!(head.path.starts_with('/'), "{target}");
+        }
+    }
+
     fn parses_a_simple_get() {
         let raw =
             b"GET /a/b?x=1&y=2 HTTP/1.1\r\nHost: example\r\nX-Multi: 1\r\nx-multi: 2\r\n\r\nrest";

@@ -128,7 +128,9 @@ pub fn encode<F: Field>(
     out.extend_from_slice(b"\r\n");
     let mut vary_written = false;
     for field in headers {
-        let (name, value) = (field.name(), field.value());
+        // A field value has no leading or trailing whitespace (RFC 9110 §5.5): what a plugin
+        // puts there is trimmed, as a recipient would.
+        let (name, value) = (field.name(), trim_ows(field.value()));
         if host_owned(name) {
             continue;
         }
@@ -264,6 +266,16 @@ static TOKEN: [bool; 256] = {
     table
 };
 
+/// `value` without the spaces and tabs around it (RFC 9110 §5.6.3 OWS).
+fn trim_ows(value: &[u8]) -> &[u8] {
+    let start = value.iter().position(|&b| b != b' ' && b != b'\t');
+    let end = value.iter().rposition(|&b| b != b' ' && b != b'\t');
+    match (start, end) {
+        (Some(start), Some(end)) => &value[start..=end],
+        _ => &[],
+    }
+}
+
 /// Bytes a field value may hold: anything but control characters, horizontal tab allowed
 /// (RFC 9110 §5.5; obs-text passes through).
 static FIELD_VALUE: [bool; 256] = {
@@ -395,6 +407,25 @@ mod tests {
             assert_eq!(out.capacity(), FRAMING_MAX + fields + sent);
             assert!(out.len() <= out.capacity());
         }
+    }
+
+    // See: issue 32, finding 6: header values were sent with the whitespace a plugin put
+    // around them.
+    #[test]
+    fn whitespace_around_a_value_is_trimmed() {
+        let t = text(
+            200,
+            &[
+                h("X-A", "  padded\t "),
+                h("X-B", " \t "),
+                h("X-C", "in ner"),
+            ],
+            b"",
+            GET,
+        );
+        assert!(t.contains("\r\nX-A: padded\r\n"), "{t}");
+        assert!(t.contains("\r\nX-B: \r\n"), "{t}");
+        assert!(t.contains("\r\nX-C: in ner\r\n"), "{t}");
     }
 
     #[test]
