@@ -539,7 +539,6 @@ mod tests {
         }
     }
 
-    #[test]
     // See: issue 32, finding 6: a target with `"`, `{`, `}`, `<` or `>` was answered 200.
     #[test]
     fn characters_clients_always_encode_are_refused_in_a_target() {
@@ -563,6 +562,7 @@ mod tests {
         }
     }
 
+    #[test]
     fn parses_a_simple_get() {
         let raw =
             b"GET /a/b?x=1&y=2 HTTP/1.1\r\nHost: example\r\nX-Multi: 1\r\nx-multi: 2\r\n\r\nrest";
