@@ -131,10 +131,7 @@ pub fn apply(
             let live = old.as_ref().filter(|e| e.live(now));
             let current = match live {
                 None => 0,
-                Some(entry) => std::str::from_utf8(&entry.value)
-                    .ok()
-                    .and_then(|s| s.parse::<i64>().ok())
-                    .ok_or(KvError::NotANumber)?,
+                Some(entry) => counter(&entry.value).ok_or(KvError::NotANumber)?,
             };
             let next = current.checked_add(delta).ok_or(KvError::Overflow)?;
             let expires = live.and_then(|e| e.expires);
@@ -184,6 +181,14 @@ fn usage_after(usage: &Usage, plan: &BTreeMap<String, Change>) -> Usage {
         }
     }
     Usage { keys, bytes }
+}
+
+/// The number a counter's value holds: the canonical decimal text of a 64-bit integer
+/// (an optional `-`, no `+`, no leading zero, no space), the same rule Redis applies to
+/// `HINCRBY`, so that every backend agrees on which values can be incremented.
+fn counter(value: &[u8]) -> Option<i64> {
+    let n: i64 = std::str::from_utf8(value).ok()?.parse().ok()?;
+    (n.to_string().as_bytes() == value).then_some(n)
 }
 
 #[cfg(test)]

@@ -105,6 +105,35 @@ fn listing_pages_by_prefix_after_a_cursor() {
     });
 }
 
+// See: issue 32, finding 6: `increment` of "+5" gave 6 on the file store and an error on
+// Redis. One rule on every backend: only the canonical decimal text of a number counts.
+#[test]
+fn a_counter_is_the_canonical_text_of_a_number_on_every_backend() {
+    on_both("counter", |b| {
+        let incr = |key: &str| Write::Increment {
+            key: key.into(),
+            delta: 1,
+        };
+        for (value, after) in [
+            ("5", Ok(6)),
+            ("-5", Ok(-4)),
+            ("0", Ok(1)),
+            ("+5", Err(KvError::NotANumber)),
+            ("05", Err(KvError::NotANumber)),
+            ("-0", Err(KvError::NotANumber)),
+            (" 5", Err(KvError::NotANumber)),
+            ("5 ", Err(KvError::NotANumber)),
+            ("five", Err(KvError::NotANumber)),
+        ] {
+            b.write("p", set("n", value, None), &bounds(), 0)
+                .wait()
+                .unwrap();
+            let written = b.write("p", incr("n"), &bounds(), 0).wait();
+            assert_eq!(written, after.map(Written::Number), "{value:?}");
+        }
+    });
+}
+
 #[test]
 fn concurrent_increments_are_all_counted() {
     on_both("incr", |b| {
