@@ -29,8 +29,8 @@ use wasmtime::{
 use anyhow::Context;
 
 use crate::limits::{
-    EPOCH_TICK, FIBER_HOST_STACK_BYTES, GUEST_STACK_BYTES, INSTANCES_IDLE_TOTAL, INSTANCES_SPARE,
-    Limits,
+    DECOMMIT_BATCH_SLOTS, EPOCH_TICK, FIBER_HOST_STACK_BYTES, GUEST_STACK_BYTES,
+    INSTANCES_IDLE_TOTAL, INSTANCES_SPARE, Limits,
 };
 use crate::runtime::bindings;
 use crate::runtime::sandbox::store::HostState;
@@ -212,7 +212,7 @@ fn engine_config(
             .total_tables(instances.saturating_mul(4))
             .total_stacks(instances)
             .max_memory_size(config.limits.guest_memory_bytes)
-            .decommit_batch_size(64);
+            .decommit_batch_size(DECOMMIT_BATCH_SLOTS);
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     c
