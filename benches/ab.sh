@@ -26,8 +26,11 @@ shift $((OPTIND - 1))
 [ $# -ge 1 ] || { echo "usage: $0 [-p PATH] [-c N] [-w N] [-r N] [-d S] [-q] BIN..." >&2; exit 2; }
 command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
-wasm=$root/plugins/target/wasm32-wasip2/release/bench.wasm
-[ -f "$wasm" ] || cargo build --release --target wasm32-wasip2 --manifest-path "$root/plugins/Cargo.toml" -p bench
+# Where ankh-test-support's build script builds the plugins (every cargo build of the tests or
+# benches refreshes it).
+plugins_target=${CARGO_TARGET_DIR:-$root/target}/wasm-plugins
+wasm=$plugins_target/wasm32-wasip2/release/bench.wasm
+[ -f "$wasm" ] || cargo build --release --target wasm32-wasip2 --manifest-path "$root/plugins/Cargo.toml" --target-dir "$plugins_target" -p bench
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 policy=$root/plugins/bench.toml

@@ -21,8 +21,11 @@ for tool in valgrind callgrind_control callgrind_annotate curl; do
     command -v $tool >/dev/null || { echo "needs $tool (apt-get install valgrind curl)" >&2; exit 2; }
 done
 root=$(cd "$(dirname "$0")/.." && pwd)
-wasm=$root/plugins/target/wasm32-wasip2/release/bench.wasm
-[ -f "$wasm" ] || cargo build --release --target wasm32-wasip2 --manifest-path "$root/plugins/Cargo.toml" -p bench
+# Where ankh-test-support's build script builds the plugins (every cargo build of the tests or
+# benches refreshes it).
+plugins_target=${CARGO_TARGET_DIR:-$root/target}/wasm-plugins
+wasm=$plugins_target/wasm32-wasip2/release/bench.wasm
+[ -f "$wasm" ] || cargo build --release --target wasm32-wasip2 --manifest-path "$root/plugins/Cargo.toml" --target-dir "$plugins_target" -p bench
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir "$work/plugins"

@@ -16,6 +16,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use ankh_test_support::harness::TempDir;
 use benches::{Ankh, Run, get, median, metric, wrk};
 use serde_json::json;
 
@@ -59,7 +60,7 @@ fn main() {
     } else {
         (5, Duration::from_secs(4))
     };
-    let plugin = benches::build_example_plugins(Some("bench")).join("bench.wasm");
+    let plugin = std::path::Path::new(ankh_test_support::harness::plugins::BENCH);
     println!("machine: {}", benches::machine());
 
     // 1. A durable write per request, file against memory.
@@ -72,7 +73,7 @@ fn main() {
     let mut runs: Vec<Vec<(Run, f64)>> = vec![Vec::new(); contenders.len()];
     for _ in 0..rounds {
         for (i, (_, args)) in contenders.iter().enumerate() {
-            runs[i].push(increments(&plugin, args, round));
+            runs[i].push(increments(plugin, args, round));
         }
     }
     println!(
@@ -98,15 +99,14 @@ fn main() {
     );
 
     // 2. Restart with PLUGINS x KEYS_PER_PLUGIN keys.
-    let base = std::env::temp_dir().join(format!("ankh-bench-kv-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let dir = base.join("plugins");
+    let base = TempDir::new("kv-bench");
+    let dir = base.path().join("plugins");
     std::fs::create_dir_all(&dir).unwrap();
     for i in 0..PLUGINS {
-        std::fs::copy(&plugin, dir.join(format!("bench{i}.wasm"))).unwrap();
+        std::fs::copy(plugin, dir.join(format!("bench{i}.wasm"))).unwrap();
     }
-    let full = base.join("full");
-    let empty = base.join("empty");
+    let full = base.path().join("full");
+    let empty = base.path().join("empty");
     let (ankh, _) = restart(&dir, &full);
     let filling = Instant::now();
     for i in 0..PLUGINS {
@@ -145,7 +145,7 @@ fn main() {
         PLUGINS * KEYS_PER_PLUGIN,
         clean / baseline
     );
-    let _ = std::fs::remove_dir_all(&base);
+    drop(base);
 
     let doc = json!({
         "machine": benches::machine(),

@@ -117,7 +117,7 @@ fn main() {
             simulates: "a thousand clients whose handlers wait 10 ms each (ceiling: 1,000 connections / 10 ms)",
         },
     ];
-    let plugin = benches::build_example_plugins(Some("bench")).join("bench.wasm");
+    let plugin = std::path::Path::new(ankh_test_support::harness::plugins::BENCH);
 
     println!(
         "{:<13} {:<22} {:>9} {:>8} {:>8} {:>8}",
@@ -134,7 +134,7 @@ fn main() {
                 format!("ankh ({} workers)", s.threads),
                 Box::new(|| {
                     Box::new(benches::start_ankh(
-                        &plugin,
+                        plugin,
                         "index.wasm",
                         &["--workers", &threads],
                     )) as Box<dyn Server>
@@ -152,7 +152,7 @@ fn main() {
                 "ankh, no access log".to_owned(),
                 Box::new(|| {
                     Box::new(benches::start_ankh(
-                        &plugin,
+                        plugin,
                         "index.wasm",
                         &["--workers", &threads, "--no-access-log"],
                     )) as Box<dyn Server>
@@ -162,7 +162,7 @@ fn main() {
                 "ankh, 1 I/O thread".to_owned(),
                 Box::new(|| {
                     Box::new(benches::start_ankh(
-                        &plugin,
+                        plugin,
                         "index.wasm",
                         &["--workers", &threads, "--io-threads", "1"],
                     )) as Box<dyn Server>
@@ -260,7 +260,7 @@ fn main() {
 fn scaling(round: Duration, rounds: usize) {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     assert!(cores >= 2, "the pinned half needs two CPUs");
-    let plugin = benches::build_example_plugins(Some("bench")).join("bench.wasm");
+    let plugin = std::path::Path::new(ankh_test_support::harness::plugins::BENCH);
     let server_cpus = format!("1-{}", cores - 1);
     let all_cpus = format!("0-{}", cores - 1);
     let loops = ["1", "2", "4"];
@@ -281,7 +281,7 @@ fn scaling(round: Duration, rounds: usize) {
             for (i, (_, best)) in rows.iter_mut().enumerate() {
                 let wrk_cpus = pinned.then_some("0");
                 let run = if let Some(n) = loops.get(i) {
-                    let ankh = benches::start_ankh(&plugin, "index.wasm", &["--io-threads", n]);
+                    let ankh = benches::start_ankh(plugin, "index.wasm", &["--io-threads", n]);
                     if pinned {
                         benches::pin(ankh.pid(), &server_cpus);
                     }

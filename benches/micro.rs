@@ -173,7 +173,7 @@ impl Responder for ToReplies {
 }
 
 fn plugin(c: &mut Criterion) {
-    let wasm = benches::build_example_plugins(Some("bench")).join("bench.wasm");
+    let wasm = std::path::Path::new(ankh_test_support::harness::plugins::BENCH);
     let (reply, replies) = reply_channel(Arc::new(|| {}));
     let hub = Arc::new(ankh::hub::Hub::default());
     let link = Arc::new(WsRouter::new(
@@ -189,8 +189,8 @@ fn plugin(c: &mut Criterion) {
         pooled.pooling || std::env::var_os("ANKH_CALLS").is_some(),
         "the pooling allocator is unavailable here"
     );
-    let plugin = Arc::new(Plugin::load(&pooled, "bench", &wasm).unwrap());
-    let plugin_on_demand = Arc::new(Plugin::load(&on_demand, "bench", &wasm).unwrap());
+    let plugin = Arc::new(Plugin::load(&pooled, "bench", wasm).unwrap());
+    let plugin_on_demand = Arc::new(Plugin::load(&on_demand, "bench", wasm).unwrap());
 
     let raw = b"GET /bench HTTP/1.1\r\nhost: localhost:8080\r\nuser-agent: wrk\r\n\r\n";
     let Ok(Status::Complete(head, _)) = ankh::proto::request::parse(raw, &Limits::default()) else {

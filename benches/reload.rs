@@ -7,15 +7,19 @@
 //! 2. Start-up with 10 plugins: from spawning `ankh serve` to the first served request, with
 //!    a warm cache against a cold one.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-const PLUGINS: [&str; 4] = ["echo", "todo", "chat", "bench"];
-const ROUNDS: usize = 5;
+use ankh_test_support::harness::{TempDir, plugins};
 
-fn build_plugins() -> PathBuf {
-    benches::build_example_plugins(None)
-}
+/// The plugins, built from source by `ankh-test-support`.
+const PLUGINS: [(&str, &str); 4] = [
+    ("echo", plugins::ECHO),
+    ("todo", plugins::TODO),
+    ("chat", plugins::CHAT),
+    ("bench", plugins::BENCH),
+];
+const ROUNDS: usize = 5;
 
 /// GETs `path` until it answers 200; returns when it did.
 fn until_ok(addr: std::net::SocketAddr, path: &str, deadline: Duration) -> Instant {
@@ -38,15 +42,7 @@ fn until_ok(addr: std::net::SocketAddr, path: &str, deadline: Duration) -> Insta
     }
 }
 
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ankh-reload-bench-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 fn main() {
-    let built = build_plugins();
     let engine = {
         let mut c = wasmtime::Config::new();
         c.wasm_component_model(true).epoch_interruption(true);
@@ -58,19 +54,19 @@ fn main() {
         "| plugin | size | rename → first response (median of {ROUNDS}) | compile alone | ratio |"
     );
     println!("|---|---|---|---|---|");
-    for name in PLUGINS {
-        let wasm = built.join(format!("{name}.wasm"));
-        let size = std::fs::metadata(&wasm).unwrap().len();
+    for (name, wasm) in PLUGINS {
+        let wasm = Path::new(wasm);
+        let size = std::fs::metadata(wasm).unwrap().len();
         let mut reloads = Vec::new();
         let mut compiles = Vec::new();
         for round in 0..ROUNDS {
-            let dir = scratch(&format!("{name}-{round}"));
-            let cache = scratch(&format!("{name}-{round}-cache"));
-            let server = benches::serve(&dir, &cache, &["--workers", "4"]);
-            let tmp = dir.join(format!(".{name}.tmp"));
-            std::fs::copy(&wasm, &tmp).unwrap();
+            let dir = TempDir::new(&format!("reload-{name}-{round}"));
+            let cache = TempDir::new(&format!("reload-{name}-{round}-cache"));
+            let server = benches::serve(dir.path(), cache.path(), &["--workers", "4"]);
+            let tmp = dir.path().join(format!(".{name}.tmp"));
+            std::fs::copy(wasm, &tmp).unwrap();
             let started = Instant::now();
-            std::fs::rename(&tmp, dir.join(format!("{name}.wasm"))).unwrap();
+            std::fs::rename(&tmp, dir.path().join(format!("{name}.wasm"))).unwrap();
             let path = if name == "todo" {
                 "/todo/items".to_owned()
             } else {
@@ -79,12 +75,10 @@ fn main() {
             let answered = until_ok(server.addr, &path, Duration::from_secs(30));
             reloads.push(answered - started);
             drop(server);
-            let bytes = std::fs::read(&wasm).unwrap();
+            let bytes = std::fs::read(wasm).unwrap();
             let t = Instant::now();
             wasmtime::component::Component::new(&engine, &bytes).unwrap();
             compiles.push(t.elapsed());
-            let _ = std::fs::remove_dir_all(&dir);
-            let _ = std::fs::remove_dir_all(&cache);
         }
         reloads.sort();
         compiles.sort();
@@ -99,23 +93,24 @@ fn main() {
     }
 
     // 2. Start-up with 10 plugins: warm cache against cold.
-    let dir = scratch("ten");
+    let dir = TempDir::new("reload-ten");
     for i in 0..10 {
-        let src = built.join(format!("{}.wasm", PLUGINS[i % PLUGINS.len()]));
-        std::fs::copy(src, dir.join(format!("p{i}.wasm"))).unwrap();
+        let (_, src) = PLUGINS[i % PLUGINS.len()];
+        std::fs::copy(src, dir.path().join(format!("p{i}.wasm"))).unwrap();
     }
-    let cache = scratch("ten-cache");
+    let cache = TempDir::new("reload-ten-cache");
+    let cache = cache.path();
     let mut cold = Vec::new();
     let mut warm = Vec::new();
     for _ in 0..ROUNDS {
-        let _ = std::fs::remove_dir_all(&cache);
+        let _ = std::fs::remove_dir_all(cache);
         let t = Instant::now();
-        let server = benches::serve(&dir, &cache, &["--workers", "4"]);
+        let server = benches::serve(dir.path(), cache, &["--workers", "4"]);
         cold.push(until_ok(server.addr, "/p0/x", Duration::from_secs(60)) - t);
         drop(server);
         // The cache is now warm.
         let t = Instant::now();
-        let server = benches::serve(&dir, &cache, &["--workers", "4"]);
+        let server = benches::serve(dir.path(), cache, &["--workers", "4"]);
         warm.push(until_ok(server.addr, "/p0/x", Duration::from_secs(60)) - t);
         drop(server);
     }
@@ -133,6 +128,4 @@ fn main() {
         c.as_secs_f64() * 1000.0,
         w.as_secs_f64() / c.as_secs_f64()
     );
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_dir_all(&cache);
 }

@@ -20,6 +20,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use ankh_test_support::harness::{cpu_ticks, rss_kib};
+use ankh_test_support::services::Redis;
+
 const PROCESSES: usize = 6;
 /// Publishes to all, one after another: the first also sets up every connection's send
 /// buffer; the others are the steady state.
@@ -48,55 +51,15 @@ fn main() {
         eprintln!("scaleout: redis-server is missing (apt-get install redis-server)");
         std::process::exit(1);
     }
-    let plugin = benches::build_example_plugins(Some("bench")).join("bench.wasm");
+    let plugin = std::path::Path::new(ankh_test_support::harness::plugins::BENCH);
     println!("{}", benches::machine());
-    redis_overhead(&plugin);
-    hundred_thousand(&plugin);
+    redis_overhead(plugin);
+    hundred_thousand(plugin);
 }
 
-/// A `redis-server` on a free port, killed when dropped.
-struct Redis {
-    child: Child,
-    url: String,
-    dir: std::path::PathBuf,
-}
-
-impl Redis {
-    fn start() -> Redis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(format!("ankh-bench-redis-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--save", "", "--appendonly", "no", "--maxclients", "10000"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(30));
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Redis {
-            child,
-            url: format!("redis://127.0.0.1:{port}/0"),
-            dir,
-        }
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// A `redis-server` on a free port without an append-only file, killed when dropped.
+fn redis() -> Redis {
+    Redis::start_volatile("scaleout").expect("redis-server (checked in main)")
 }
 
 /// A WebSocket handshake on `stream` to `/bench/ws`.
@@ -207,19 +170,10 @@ fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let Some(close) = stat.rfind(')') else {
-        return 0;
-    };
-    let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
-    fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0)
-}
-
 /// Part 1: 100,000 idle WebSockets over six processes, and one publish to all of them.
 fn hundred_thousand(plugin: &std::path::Path) {
     let total = connections();
-    let redis = Redis::start();
+    let redis = redis();
     let per_process_cap = (total / PROCESSES * 12 / 10 + 500).min(19_500);
     let ankh = benches::start_ankh(
         plugin,
@@ -228,7 +182,7 @@ fn hundred_thousand(plugin: &std::path::Path) {
             "--processes",
             &PROCESSES.to_string(),
             "--kv",
-            &redis.url,
+            &redis.url(),
             "--max-connections",
             &per_process_cap.to_string(),
             // These clients do not answer pings: one every 10 minutes, not every 30 s, so
@@ -243,11 +197,7 @@ fn hundred_thousand(plugin: &std::path::Path) {
     let mut publisher = TcpStream::connect(ankh.addr).unwrap();
     upgrade(&mut publisher);
     std::thread::sleep(Duration::from_millis(500));
-    let rss = |pids: &[u32]| {
-        pids.iter()
-            .map(|p| benches::rss_kib(*p).unwrap_or(0))
-            .sum::<u64>()
-    };
+    let rss = |pids: &[u32]| pids.iter().map(|p| rss_kib(*p).unwrap_or(0)).sum::<u64>();
     let before = rss(&pids);
 
     let started = Instant::now();
@@ -279,10 +229,10 @@ fn hundred_thousand(plugin: &std::path::Path) {
     std::thread::sleep(Duration::from_secs(2));
     let after = rss(&pids);
     let per_conn = after.saturating_sub(before) as f64 * 1024.0 / total as f64;
-    let ticks_before: u64 = pids.iter().map(|p| cpu_ticks(*p)).sum();
+    let ticks_before: u64 = pids.iter().map(|p| cpu_ticks(*p).unwrap_or(0)).sum();
     let idle = Duration::from_secs(5);
     std::thread::sleep(idle);
-    let ticks: u64 = pids.iter().map(|p| cpu_ticks(*p)).sum::<u64>() - ticks_before;
+    let ticks: u64 = pids.iter().map(|p| cpu_ticks(*p).unwrap_or(0)).sum::<u64>() - ticks_before;
     // Clock ticks are 1/100 s on Linux.
     let idle_cpu = ticks as f64 / 100.0 / idle.as_secs_f64() * 100.0;
 
@@ -319,7 +269,7 @@ fn hundred_thousand(plugin: &std::path::Path) {
     println!(
         "| per process | {} |",
         pids.iter()
-            .map(|p| format!("{} MiB", benches::rss_kib(*p).unwrap_or(0) / 1024))
+            .map(|p| format!("{} MiB", rss_kib(*p).unwrap_or(0) / 1024))
             .collect::<Vec<_>>()
             .join(", ")
     );
@@ -355,9 +305,9 @@ fn hundred_thousand(plugin: &std::path::Path) {
 
 /// Part 2: publish latency across processes, and kv increments through Redis.
 fn redis_overhead(plugin: &std::path::Path) {
-    let redis = Redis::start();
-    let a = benches::start_ankh(plugin, "bench.wasm", &["--kv", &redis.url]);
-    let b = benches::start_ankh(plugin, "bench.wasm", &["--kv", &redis.url]);
+    let redis = redis();
+    let a = benches::start_ankh(plugin, "bench.wasm", &["--kv", &redis.url()]);
+    let b = benches::start_ankh(plugin, "bench.wasm", &["--kv", &redis.url()]);
     let file = benches::start_ankh(plugin, "bench.wasm", &[]);
 
     // A subscriber on A (the publisher's process) and one on B; the publisher on A.

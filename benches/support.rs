@@ -1,12 +1,19 @@
 //! Shared measurement helpers for the benchmarks: time a closure over many iterations, and
 //! report a candidate against a baseline measured in the same run as a ratio, because absolute
 //! numbers on a shared machine mean little.
+//!
+//! What the benches share with the tests comes from `ankh-test-support`, written once there:
+//! the launcher (`harness::Options`/`TestServer`, started here as [`start_ankh`] and
+//! [`serve`]), temporary directories, the plugins built from source (`harness::plugins`, by
+//! its build script) and `wasmtime serve`.
 
 use std::hint::black_box;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use ankh_test_support::harness::{Options, TestServer};
 
 /// The repository root.
 pub fn root() -> PathBuf {
@@ -14,34 +21,6 @@ pub fn root() -> PathBuf {
         .parent()
         .unwrap()
         .to_path_buf()
-}
-
-/// Builds the example plugins (all, or one package) for wasm32-wasip2 in their own workspace,
-/// and returns the directory the `.wasm` files are in.
-pub fn build_example_plugins(package: Option<&str>) -> PathBuf {
-    let workspace = root().join("plugins");
-    build_plugins(&workspace, &workspace.join("target"), package.as_slice())
-}
-
-/// Builds `packages` (all when empty) of the plugin workspace `workspace` for wasm32-wasip2
-/// in release mode into `target_dir`, and returns the directory the `.wasm` files are in.
-pub fn build_plugins(workspace: &Path, target_dir: &Path, packages: &[&str]) -> PathBuf {
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.args(["build", "--release", "--target", "wasm32-wasip2"])
-        .arg("--manifest-path")
-        .arg(workspace.join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(target_dir);
-    for p in packages {
-        cmd.args(["-p", p]);
-    }
-    let status = cmd.status().expect("cargo");
-    assert!(
-        status.success(),
-        "building plugins in {} failed",
-        workspace.display()
-    );
-    target_dir.join("wasm32-wasip2/release")
 }
 
 /// Writes `doc` as pretty JSON to `target/bench-results/NAME` (where `report` reads it) and
@@ -186,146 +165,56 @@ fn duration_ms(text: &str) -> f64 {
     number.parse::<f64>().map_or(f64::NAN, |n| n * scale)
 }
 
-/// A running `ankh serve` (the release binary), killed when dropped.
-pub struct Ankh {
-    child: Child,
-    pub addr: SocketAddr,
-    /// A plugins directory made for this server alone, removed with it.
-    own_dir: Option<PathBuf>,
-    /// Its stderr: the log, access lines included.
-    log: PathBuf,
-}
+/// A running `ankh serve` (the release binary), killed when dropped: the harness's server.
+pub type Ankh = TestServer;
 
-impl Ankh {
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// What it logged so far.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// The admin address it logged (start it with `--admin 127.0.0.1:0`).
-    pub fn admin_addr(&self) -> SocketAddr {
-        let started = Instant::now();
-        loop {
-            let log = self.log();
-            if let Some(addr) = log
-                .split("admin endpoints on http://")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|a| a.parse().ok())
-            {
-                return addr;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "no admin line:\n{log}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Stops it with SIGTERM (a clean shutdown) and waits until it has exited.
-    pub fn terminate(mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Ankh {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
-        if let Some(dir) = &self.own_dir {
-            let _ = std::fs::remove_dir_all(dir);
-            let _ = std::fs::remove_dir_all(dir.with_extension("data"));
-        }
-    }
-}
-
-/// Starts `target/release/ankh serve` on a free loopback port with `plugin` installed as
-/// `name` in a fresh plugins directory (and the shared bench cache), plus `args`; returns
-/// once it accepts connections. The plugin's policy file in `plugins/`, if it has one (as
-/// `bench.toml`), goes with it, so a benchmark runs it as `cargo ankh serve` does.
-pub fn start_ankh(plugin: &Path, name: &str, args: &[&str]) -> Ankh {
-    let dir =
-        std::env::temp_dir().join(format!("ankh-bench-{}-{}", std::process::id(), next_tag()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(plugin, dir.join(name)).unwrap();
-    let policy = Path::new(name).with_extension("toml");
-    let source = root().join("plugins").join(&policy);
-    if source.is_file() {
-        std::fs::copy(source, dir.join(policy)).unwrap();
-    }
-    let mut ankh = serve(&dir, &root().join("target/bench-cache"), args);
-    ankh.own_dir = Some(dir);
-    ankh
-}
-
-/// Starts `target/release/ankh serve` on a free loopback port over the plugins directory
-/// `dir`, caching compiled plugins in `cache`, plus `args`; returns once the ready file names
-/// its address (polled every millisecond, so start-up can be timed around this call).
-pub fn serve(dir: &Path, cache: &Path, args: &[&str]) -> Ankh {
+/// `target/release/ankh`, which the benches measure.
+pub fn release_ankh() -> PathBuf {
     let bin = root().join("target/release/ankh");
     assert!(
         bin.is_file(),
         "{} is missing: cargo build --release -p ankh",
         bin.display()
     );
-    let ready = dir.with_extension("ready");
-    let _ = std::fs::remove_file(&ready);
-    let started = Instant::now();
-    // As a user runs it: the access log on, at the default level, into a file (so the load
-    // generator's terminal is not the bottleneck).
-    let log_path = dir.with_extension("log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let child = Command::new(bin)
-        .args(["serve", "--listen", "127.0.0.1:0", "--plugins"])
-        .arg(dir)
-        .arg("--ready-file")
-        .arg(&ready)
-        .arg("--cache-dir")
-        .arg(cache)
-        .args(
-            (!args.contains(&"--data-dir"))
-                .then(|| ["--data-dir".into(), dir.with_extension("data")])
-                .into_iter()
-                .flatten()
-                .collect::<Vec<std::path::PathBuf>>(),
-        )
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let addr = loop {
-        if let Some(addr) = std::fs::read_to_string(&ready)
-            .ok()
-            .and_then(|text| text.trim().parse().ok())
-        {
-            let _ = std::fs::remove_file(&ready);
-            break addr;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "ankh did not start"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    };
-    Ankh {
-        child,
-        addr,
-        own_dir: None,
-        log: log_path,
+    bin
+}
+
+/// The harness's options as the benches start ankh: the release binary as a user runs it,
+/// the access log on at the default level (`RUST_LOG` unset) into a file (so neither the load
+/// generator's terminal nor a reader thread is the bottleneck), compiled plugins cached in
+/// `target/bench-cache`, and the ready file polled every millisecond (so start-up can be
+/// timed around [`Options::start`]).
+pub fn ankh_options() -> Options {
+    Options {
+        rust_log: Some(None),
+        ..Options::default()
     }
+    .bin(&release_ankh())
+    .cache_dir(&root().join("target/bench-cache"))
+    .log_to_file()
+    .ready_poll(Duration::from_millis(1))
+}
+
+/// Starts `target/release/ankh serve` on a free loopback port with `plugin` installed as
+/// `name` (`index.wasm`, `bench.wasm`) in a fresh plugins directory, plus `args`; returns
+/// once it accepts connections. The plugin's policy file in `plugins/`, if it has one (as
+/// `bench.toml`), goes with it, so a benchmark runs it as `cargo ankh serve` does.
+pub fn start_ankh(plugin: &Path, name: &str, args: &[&str]) -> Ankh {
+    let stem = name.strip_suffix(".wasm").unwrap_or(name);
+    let mut options = ankh_options().plugin_as(stem, plugin.to_str().unwrap());
+    let policy = format!("{stem}.toml");
+    if let Ok(contents) = std::fs::read(root().join("plugins").join(&policy)) {
+        options = options.file(&policy, &contents);
+    }
+    args.iter().fold(options, |o, a| o.arg(a)).start()
+}
+
+/// Starts `target/release/ankh serve` on a free loopback port over the plugins directory
+/// `dir`, caching compiled plugins in `cache`, plus `args`; returns once the ready file names
+/// its address (polled every millisecond, so start-up can be timed around this call).
+pub fn serve(dir: &Path, cache: &Path, args: &[&str]) -> Ankh {
+    let options = ankh_options().plugins_dir(dir).cache_dir(cache);
+    args.iter().fold(options, |o, a| o.arg(a)).start()
 }
 
 /// Moves every thread of process `pid` onto the CPUs `cpus` (a `taskset` list).
@@ -336,13 +225,6 @@ pub fn pin(pid: u32, cpus: &str) {
         .status()
         .expect("taskset (util-linux)");
     assert!(status.success(), "taskset failed");
-}
-
-/// A number that differs between calls, for unique directory names.
-fn next_tag() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The machine the figures come from: CPU model, cores, memory, kernel.
@@ -392,15 +274,6 @@ pub fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or(f64::NAN)
-}
-
-/// Resident memory of process `pid` in KiB (`VmRSS`), or `None` if it is gone.
-pub fn rss_kib(pid: u32) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 #[cfg(test)]

@@ -26,17 +26,9 @@ const SLEEP_MS: u64 = 10_000;
 /// Threads opening the sleepers' connections.
 const OPENERS: usize = 8;
 
-/// User plus system CPU time of process `pid`, in seconds.
-fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    ticks as f64 / 100.0
+/// User plus system CPU time of the server, in seconds (clock ticks are 1/100 s on Linux).
+fn cpu_secs(ankh: &Ankh) -> f64 {
+    ankh.cpu_ticks() as f64 / 100.0
 }
 
 /// One request on a connection of its own; its latency.
@@ -80,7 +72,7 @@ fn sleepers(plugin: &std::path::Path) -> serde_json::Value {
     let addr = ankh.addr;
     // Warm: an instance, the caches, the allocator.
     let idle: Vec<Duration> = (0..10).map(|_| timed_get(addr, "/")).collect();
-    let base = benches::rss_kib(ankh.pid()).expect("the server runs");
+    let base = ankh.rss_kib();
     let started = Instant::now();
     let openers: Vec<_> = (0..OPENERS)
         .map(|_| {
@@ -110,7 +102,7 @@ fn sleepers(plugin: &std::path::Path) -> serde_json::Value {
         std::thread::sleep(Duration::from_millis(20));
     }
     let all_in = started.elapsed();
-    let full = benches::rss_kib(ankh.pid()).expect("the server runs");
+    let full = ankh.rss_kib();
     let instances = instances(&ankh);
     let busy: Vec<Duration> = (0..10).map(|_| timed_get(addr, "/")).collect();
     let mut ok = 0;
@@ -149,9 +141,9 @@ fn sleepers(plugin: &std::path::Path) -> serde_json::Value {
 fn load(ankh: &Ankh, path: &str, secs: u64) -> (f64, f64) {
     let url = format!("http://{}{path}", ankh.addr);
     benches::wrk(&url, 100, Duration::from_secs(1));
-    let before = cpu_secs(ankh.pid());
+    let before = cpu_secs(ankh);
     let run = benches::wrk(&url, 100, Duration::from_secs(secs));
-    let used = cpu_secs(ankh.pid()) - before;
+    let used = cpu_secs(ankh) - before;
     (run.rps, used / (run.rps * secs as f64) * 1e6)
 }
 
@@ -161,10 +153,10 @@ fn main() {
         limit as usize > SLEEPERS + 100,
         "a file descriptor limit of {limit} is too low for {SLEEPERS} connections"
     );
-    let plugin = benches::build_example_plugins(Some("bench")).join("bench.wasm");
-    let memory = sleepers(&plugin);
+    let plugin = std::path::Path::new(ankh_test_support::harness::plugins::BENCH);
+    let memory = sleepers(plugin);
 
-    let ankh = benches::start_ankh(&plugin, "index.wasm", &[]);
+    let ankh = benches::start_ankh(plugin, "index.wasm", &[]);
     let mut rows = Vec::new();
     for round in 0..3 {
         for path in ["/", "/sleep?ms=1"] {

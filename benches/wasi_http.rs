@@ -17,10 +17,12 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use benches::{Run, median, wrk};
+use ankh_test_support::harness::plugins;
+use ankh_test_support::wasmtime_serve::WasmtimeServe;
+use benches::{Ankh, Run, median, wrk};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::server::conn::http1;
@@ -33,30 +35,14 @@ use serde_json::json;
 
 const CONNECTIONS: usize = 64;
 
-/// Builds test plugins (packages of tests/plugins) where the integration tests build them.
-fn build_test_plugins(packages: &[&str]) -> PathBuf {
-    let root = benches::root();
-    benches::build_plugins(
-        &root.join("tests/plugins"),
-        &root.join("target/wasm-plugins"),
-        packages,
-    )
-}
-
 /// A plugins directory with `wasm` as `name.wasm` and an optional policy; served by ankh.
-fn ankh_with(wasm: &Path, name: &str, policy: Option<&str>, args: &[&str]) -> benches::Ankh {
-    let dir = std::env::temp_dir().join(format!(
-        "ankh-bench-wasi-http-{}-{name}-{}",
-        std::process::id(),
-        policy.map_or(0, str::len)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(wasm, dir.join(format!("{name}.wasm"))).unwrap();
-    if let Some(policy) = policy {
-        std::fs::write(dir.join(format!("{name}.toml")), policy).unwrap();
+fn ankh_with(wasm: &str, name: &str, policy: Option<&str>) -> Ankh {
+    let options = benches::ankh_options().plugin_as(name, wasm);
+    match policy {
+        Some(policy) => options.file(&format!("{name}.toml"), policy.as_bytes()),
+        None => options,
     }
-    benches::serve(&dir, &benches::root().join("target/bench-cache"), args)
+    .start()
 }
 
 /// A wasmtime 48 binary, if there is one.
@@ -72,49 +58,6 @@ fn wasmtime() -> Option<PathBuf> {
             .output()
             .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).starts_with("wasmtime 48."))
     })
-}
-
-/// A running `wasmtime serve`, killed when dropped.
-struct WasmtimeServe {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl WasmtimeServe {
-    fn start(bin: &Path, wasm: &Path) -> WasmtimeServe {
-        let addr = free_addr();
-        let child = Command::new(bin)
-            .args(["serve", "-S", "cli", "--addr"])
-            .arg(addr.to_string())
-            .arg(wasm)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("wasmtime serve");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(addr).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "wasmtime serve never listened"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        WasmtimeServe { child, addr }
-    }
-}
-
-impl Drop for WasmtimeServe {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
 }
 
 /// A hyper 1 server on a tokio runtime of its own, serving `handler` until dropped.
@@ -210,21 +153,14 @@ fn main() {
         (3, Duration::from_secs(5))
     };
     println!("machine: {}", benches::machine());
-    let test_plugins = build_test_plugins(&["httpecho", "probe"]);
-    let echo = test_plugins.join("httpecho.wasm");
-    let probe = test_plugins.join("probe.wasm");
-    let own = benches::build_example_plugins(Some("bench")).join("bench.wasm");
+    let (echo, probe) = (plugins::HTTPECHO, plugins::PROBE);
+    let own = Path::new(plugins::BENCH);
 
     // 1. Hello world: the proxy component under ankh and under wasmtime serve.
-    let fresh = ankh_with(&echo, "httpecho", None, &[]);
-    let reused = ankh_with(
-        &echo,
-        "httpecho",
-        Some("[instances]\nmode = \"reuse\"\n"),
-        &[],
-    );
-    let own_world = benches::start_ankh(&own, "bench.wasm", &[]);
-    let serve = wasmtime().map(|bin| WasmtimeServe::start(&bin, &echo));
+    let fresh = ankh_with(echo, "httpecho", None);
+    let reused = ankh_with(echo, "httpecho", Some("[instances]\nmode = \"reuse\"\n"));
+    let own_world = benches::start_ankh(own, "bench.wasm", &[]);
+    let serve = wasmtime().map(|bin| WasmtimeServe::start(&bin, Path::new(echo)));
     let mut contenders = vec![
         (
             "ankh, wasi:http/proxy hello (fresh instance per request)",
@@ -276,10 +212,9 @@ fn main() {
     });
     let origin = format!("http://{}", upstream.addr);
     let calling = ankh_with(
-        &probe,
+        probe,
         "probe",
         Some(&format!("[capabilities]\nhttp = [\"{origin}\"]\n")),
-        &[],
     );
     let client: Client<HttpConnector, Empty<Bytes>> =
         Client::builder(TokioExecutor::new()).build(HttpConnector::new());

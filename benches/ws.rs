@@ -19,11 +19,12 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use ankh_test_support::harness::rss_kib;
 use benches::Ratios;
 use futures_util::{SinkExt, StreamExt};
 use tungstenite::Message;
@@ -33,9 +34,9 @@ const ROUND: Duration = Duration::from_secs(5);
 const ROUNDS: usize = 2;
 const IDLE_CONNECTIONS: usize = 19_000;
 
-/// The `bench` plugin, built for wasm32-wasip2 in the plugins workspace.
-fn bench_plugin() -> PathBuf {
-    benches::build_example_plugins(Some("bench")).join("bench.wasm")
+/// The `bench` plugin, built from source by `ankh-test-support`.
+fn bench_plugin() -> &'static Path {
+    Path::new(ankh_test_support::harness::plugins::BENCH)
 }
 
 /// A native echo server: tokio-tungstenite on a multi-threaded runtime.
@@ -182,9 +183,9 @@ fn main() {
         .ok()
         .and_then(|w| w.parse().ok())
         .unwrap_or(cores);
-    let defaults = benches::start_ankh(&plugin, "bench.wasm", &["--max-connections", "50000"]);
+    let defaults = benches::start_ankh(plugin, "bench.wasm", &["--max-connections", "50000"]);
     let ankh = benches::start_ankh(
-        &plugin,
+        plugin,
         "bench.wasm",
         &[
             "--workers",
@@ -194,7 +195,7 @@ fn main() {
         ],
     );
     let one_loop = benches::start_ankh(
-        &plugin,
+        plugin,
         "bench.wasm",
         &[
             "--workers",
@@ -256,10 +257,10 @@ fn main() {
 
     // 2. and 3. Idle connections and one broadcast, with one event loop and with the default.
     for io_threads in [1, cores] {
-        idle_and_publish(&plugin, cores, io_threads);
+        idle_and_publish(plugin, cores, io_threads);
     }
 
-    compression(&plugin, cores);
+    compression(plugin, cores);
 }
 
 /// 19,000 idle WebSockets on a server with `io_threads` event loops: memory per connection,
@@ -281,7 +282,7 @@ fn idle_and_publish(plugin: &std::path::Path, cores: usize, io_threads: usize) {
     // Warm: one connection, so instances and the pool exist before the baseline.
     let warm = open_raw(ankh.addr, 1);
     std::thread::sleep(Duration::from_millis(300));
-    let before = benches::rss_kib(pid).expect("the server runs");
+    let before = rss_kib(pid).expect("the server runs");
     let started = Instant::now();
     let sources = fresh_sources();
     let mut clients: Vec<TcpStream> = (0..IDLE_CONNECTIONS)
@@ -289,7 +290,7 @@ fn idle_and_publish(plugin: &std::path::Path, cores: usize, io_threads: usize) {
         .collect();
     let connect_time = started.elapsed();
     std::thread::sleep(Duration::from_secs(1));
-    let after = benches::rss_kib(pid).expect("the server runs");
+    let after = rss_kib(pid).expect("the server runs");
     let per_conn = (after.saturating_sub(before)) as f64 * 1024.0 / IDLE_CONNECTIONS as f64;
     println!();
     println!("| {IDLE_CONNECTIONS} idle WebSockets, {io_threads} I/O thread(s) | value |");
@@ -514,7 +515,7 @@ fn compression(plugin: &std::path::Path, cores: usize) {
         let pid = ankh.pid();
         let mut publisher = open_raw(ankh.addr, 1);
         std::thread::sleep(Duration::from_millis(300));
-        let before = benches::rss_kib(pid).expect("the server runs");
+        let before = rss_kib(pid).expect("the server runs");
         let sources = fresh_sources();
         let mut clients: Vec<BufReader<TcpStream>> = (0..IDLE_CONNECTIONS)
             .map(|i| {
@@ -524,7 +525,7 @@ fn compression(plugin: &std::path::Path, cores: usize) {
             })
             .collect();
         std::thread::sleep(Duration::from_secs(1));
-        let after = benches::rss_kib(pid).expect("the server runs");
+        let after = rss_kib(pid).expect("the server runs");
         let per_conn = (after.saturating_sub(before)) as f64 * 1024.0 / IDLE_CONNECTIONS as f64;
         let compressions = deflated_total(admin);
         let started = Instant::now();
@@ -549,7 +550,7 @@ fn compression(plugin: &std::path::Path, cores: usize) {
             read_frame(c);
         }
         std::thread::sleep(Duration::from_millis(500));
-        let after_traffic = benches::rss_kib(pid).expect("the server runs");
+        let after_traffic = rss_kib(pid).expect("the server runs");
         let per_conn_after =
             (after_traffic.saturating_sub(before)) as f64 * 1024.0 / IDLE_CONNECTIONS as f64;
         println!(

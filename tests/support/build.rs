@@ -5,9 +5,12 @@
 use std::env;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-const TARGET: &str = "wasm32-wasip2";
+// The builder the library exports too (`ankh_test_support::build_plugins`); a build script
+// cannot depend on its own crate, so it compiles the file itself.
+#[allow(dead_code, unreachable_pub)]
+#[path = "src/build_plugins.rs"]
+mod build_plugins;
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -17,10 +20,7 @@ fn main() {
         .and_then(Path::parent)
         .unwrap()
         .to_path_buf();
-    let target_dir = env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"))
-        .join("wasm-plugins");
+    let target_dir = build_plugins::target_dir(&root);
 
     let workspaces = [root.join("plugins"), root.join("tests/plugins")];
     for dir in &workspaces {
@@ -31,12 +31,9 @@ fn main() {
 
     let mut consts = String::new();
     for ws in &workspaces {
-        build(ws, &target_dir);
-        for name in members(ws) {
-            let wasm = target_dir
-                .join(TARGET)
-                .join("release")
-                .join(format!("{}.wasm", name.replace('-', "_")));
+        let built = build_plugins::build(ws, &target_dir, &[]);
+        for name in build_plugins::members(ws) {
+            let wasm = built.join(build_plugins::wasm_file(&name));
             assert!(wasm.is_file(), "{} was not built", wasm.display());
             writeln!(
                 consts,
@@ -68,59 +65,5 @@ fn watch(dir: &Path) {
         } else {
             println!("cargo:rerun-if-changed={}", path.display());
         }
-    }
-}
-
-/// The package names of a plugin workspace's members (`members = [...]` in its Cargo.toml).
-fn members(ws: &Path) -> Vec<String> {
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(ws).unwrap().flatten() {
-        let manifest = entry.path().join("Cargo.toml");
-        let name = std::fs::read_to_string(&manifest).ok().and_then(|text| {
-            text.lines()
-                .find_map(|l| l.trim().strip_prefix("name = "))
-                .map(|n| n.trim_matches('"').to_owned())
-        });
-        names.extend(name);
-    }
-    names.sort();
-    names
-}
-
-fn build(ws: &Path, target_dir: &Path) {
-    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--release", "--target", TARGET, "--manifest-path"])
-        .arg(ws.join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(target_dir);
-    // The outer build's settings (clippy's wrapper, flags, the host target) must not leak
-    // into the wasm build.
-    for (key, _) in env::vars_os() {
-        let key = key.to_string_lossy().into_owned();
-        let leaks = (key.starts_with("CARGO_") && key != "CARGO_HOME")
-            || key.starts_with("RUSTC")
-            || key.starts_with("RUSTDOC")
-            || [
-                "RUSTFLAGS",
-                "TARGET",
-                "HOST",
-                "OUT_DIR",
-                "PROFILE",
-                "OPT_LEVEL",
-                "DEBUG",
-                "NUM_JOBS",
-            ]
-            .contains(&key.as_str());
-        if leaks {
-            cmd.env_remove(&key);
-        }
-    }
-    let status = cmd.status().expect("running cargo for the wasm plugins");
-    if !status.success() {
-        panic!(
-            "building the plugins in {} failed; is the target installed? `rustup target add {TARGET}`",
-            ws.display()
-        );
     }
 }

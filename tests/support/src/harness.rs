@@ -1,10 +1,11 @@
 //! The test harness: starts the real `ankh` binary on 127.0.0.1:0 over a temporary plugins
-//! directory, and talks to it over real sockets.
+//! directory, and talks to it over real sockets. The benches start the release binary through
+//! it too ([`Options::bin`], [`Options::log_to_file`]).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -86,11 +87,25 @@ fn io_threads_override(args: &[String]) -> Vec<String> {
 pub struct TestServer {
     child: Child,
     pub addr: SocketAddr,
-    log: Arc<Mutex<String>>,
-    /// The plugins directory, removed when the server is dropped.
-    _dir: TempDir,
+    log: Log,
+    /// The plugins directory the server watches.
+    plugins: PathBuf,
+    /// The plugins directory when the harness made it (removed when the server is dropped).
+    _dir: Option<TempDir>,
     /// The data directory, when the harness made one (removed with the server).
     _data: Option<TempDir>,
+}
+
+/// Where a server's output goes.
+enum Log {
+    /// Read from pipes by two threads, as it comes.
+    Captured(Arc<Mutex<String>>),
+    /// Written by the server into `ankh.log` in a directory of its own (read when asked).
+    File(TempDir),
+}
+
+impl Log {
+    const FILE: &str = "ankh.log";
 }
 
 /// Options for [`TestServer`].
@@ -113,6 +128,19 @@ pub struct Options {
     pub env_removed: Vec<String>,
     /// The data directory (`--data-dir`); without it each server gets a fresh one of its own.
     pub data_dir: Option<PathBuf>,
+    /// The binary (default: [`ankh_bin`], the `ankh` beside the test executable).
+    pub bin: Option<PathBuf>,
+    /// The compiled-plugin cache (`--cache-dir`; default: [`test_cache_dir`]).
+    pub cache_dir: Option<PathBuf>,
+    /// Serve this existing plugins directory (kept when the server stops) instead of a fresh
+    /// one; `plugins` and `files` are still copied into it.
+    pub plugins_dir: Option<PathBuf>,
+    /// The server's stdout and stderr go into a file instead of pipes read by two threads
+    /// (a load test's access log is then not read as it is written); [`TestServer::log`]
+    /// reads the file.
+    pub log_to_file: bool,
+    /// How often the ready file is polled while the server starts (default: every 10 ms).
+    pub ready_poll: Option<Duration>,
 }
 
 impl Options {
@@ -163,6 +191,40 @@ impl Options {
         self
     }
 
+    /// Runs `bin` instead of the `ankh` of this build (a bench runs `target/release/ankh`).
+    pub fn bin(mut self, bin: &Path) -> Self {
+        self.bin = Some(bin.to_owned());
+        self
+    }
+
+    /// Caches compiled plugins in `dir` instead of the tests' shared cache.
+    pub fn cache_dir(mut self, dir: &Path) -> Self {
+        self.cache_dir = Some(dir.to_owned());
+        self
+    }
+
+    /// Serves the plugins directory `dir`, which the caller made and keeps (to install into
+    /// it while the server runs, or to start another server over the same directory).
+    pub fn plugins_dir(mut self, dir: &Path) -> Self {
+        self.plugins_dir = Some(dir.to_owned());
+        self
+    }
+
+    /// Writes the server's output into a file rather than capturing it through pipes. The
+    /// start-up then does not wait for the `listening on` line: read [`TestServer::log`]
+    /// with [`TestServer::wait_for_log`].
+    pub fn log_to_file(mut self) -> Self {
+        self.log_to_file = true;
+        self
+    }
+
+    /// Polls the ready file every `every` while the server starts (every millisecond when the
+    /// start-up itself is timed).
+    pub fn ready_poll(mut self, every: Duration) -> Self {
+        self.ready_poll = Some(every);
+        self
+    }
+
     pub fn start(self) -> TestServer {
         TestServer::start_with(self)
     }
@@ -184,24 +246,33 @@ impl TestServer {
     }
 
     pub fn start_with(options: Options) -> TestServer {
-        let dir = TempDir::new("serve");
+        let own_dir = match options.plugins_dir {
+            Some(_) => None,
+            None => Some(TempDir::new("serve")),
+        };
+        let dir = options
+            .plugins_dir
+            .clone()
+            .or(own_dir.as_ref().map(|d| d.path().to_owned()))
+            .unwrap();
         for (name, src) in &options.plugins {
-            std::fs::copy(src, dir.path().join(format!("{name}.wasm"))).unwrap();
+            std::fs::copy(src, dir.join(format!("{name}.wasm"))).unwrap();
         }
         for (name, contents) in &options.files {
-            std::fs::write(dir.path().join(name), contents).unwrap();
+            std::fs::write(dir.join(name), contents).unwrap();
         }
-        let ready = dir.path().with_extension("ready");
+        let ready = dir.with_extension("ready");
         let _ = std::fs::remove_file(&ready);
+        let bin = options.bin.clone().unwrap_or_else(ankh_bin);
         let mut command = match options.fd_limit {
             Some(n) => {
                 let mut c = Command::new("sh");
                 c.arg("-c")
                     .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
-                    .arg(ankh_bin());
+                    .arg(bin);
                 c
             }
-            None => Command::new(ankh_bin()),
+            None => Command::new(bin),
         };
         if options.command.is_empty() {
             command.arg("serve");
@@ -223,24 +294,33 @@ impl TestServer {
         {
             command.arg("--data-dir").arg(path);
         }
+        let cache = options.cache_dir.clone().unwrap_or_else(test_cache_dir);
         command
             .arg("--plugins")
-            .arg(dir.path())
+            .arg(&dir)
             .args(["--listen", "127.0.0.1:0"])
             .arg("--ready-file")
             .arg(&ready)
             .args(
                 (!options.args.iter().any(|a| a == "--cache-dir"))
-                    .then(|| ["--cache-dir".into(), test_cache_dir().into_os_string()])
+                    .then(|| ["--cache-dir".into(), cache.into_os_string()])
                     .into_iter()
                     .flatten(),
             )
             .args(&options.args)
             .args(io_threads_override(&options.args))
             .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stdin(Stdio::null());
+        let log_dir = options.log_to_file.then(|| TempDir::new("log"));
+        match &log_dir {
+            Some(log_dir) => {
+                let file = std::fs::File::create(log_dir.path().join(Log::FILE)).unwrap();
+                command.stdout(file.try_clone().unwrap()).stderr(file);
+            }
+            None => {
+                command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            }
+        }
         match &options.rust_log {
             None => {
                 command.env("RUST_LOG", "info");
@@ -256,39 +336,50 @@ impl TestServer {
             command.env_remove(name);
         }
         let mut child = command.spawn().expect("starting ankh");
-        let log = Arc::new(Mutex::new(String::new()));
-        for stream in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                let reader = BufReader::new(stream);
-                for line in reader.lines() {
-                    let Ok(line) = line else { break };
-                    let mut log = log.lock().unwrap();
-                    log.push_str(&line);
-                    log.push('\n');
+        let log = match log_dir {
+            Some(log_dir) => Log::File(log_dir),
+            None => {
+                let log = Arc::new(Mutex::new(String::new()));
+                for stream in [
+                    Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+                    Box::new(child.stderr.take().unwrap()),
+                ] {
+                    let log = log.clone();
+                    std::thread::spawn(move || {
+                        let reader = BufReader::new(stream);
+                        for line in reader.lines() {
+                            let Ok(line) = line else { break };
+                            let mut log = log.lock().unwrap();
+                            log.push_str(&line);
+                            log.push('\n');
+                        }
+                    });
                 }
-            });
-        }
-        // Readiness: the ready file appears once the server accepts, or we give up after a
-        // wall-clock timeout (acceptance 60).
-        let addr = match wait_ready(&ready, &mut child, PATIENCE) {
-            Ok(addr) => addr,
-            Err(why) => panic!("ankh did not become ready: {why}\n{}", log.lock().unwrap()),
+                Log::Captured(log)
+            }
         };
-        let server = TestServer {
+        let mut server = TestServer {
             child,
-            addr,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             log,
-            _dir: dir,
+            plugins: dir,
+            _dir: own_dir,
             _data: data,
         };
+        // Readiness: the ready file appears once the server accepts, or we give up after a
+        // wall-clock timeout (acceptance 60).
+        let poll = options.ready_poll.unwrap_or(Duration::from_millis(10));
+        server.addr = match wait_ready(&ready, &mut server.child, PATIENCE, poll) {
+            Ok(addr) => addr,
+            Err(why) => panic!("ankh did not become ready: {why}\n{}", server.log()),
+        };
+        let _ = std::fs::remove_file(&ready);
         // The server logs what it loaded and where it listens before it writes the ready file;
         // wait until the reader threads have those lines too, so a test reads a complete
         // start-up log.
-        server.wait_for_log("listening on");
+        if matches!(server.log, Log::Captured(_)) {
+            server.wait_for_log("listening on");
+        }
         server
     }
 
@@ -298,7 +389,23 @@ impl TestServer {
 
     /// Everything the server logged so far.
     pub fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
+        match &self.log {
+            Log::Captured(log) => log.lock().unwrap().clone(),
+            Log::File(dir) => {
+                std::fs::read_to_string(dir.path().join(Log::FILE)).unwrap_or_default()
+            }
+        }
+    }
+
+    /// The admin listener's address, from the log (start the server with
+    /// `--admin 127.0.0.1:0`); fails after [`PATIENCE`].
+    pub fn admin_addr(&self) -> SocketAddr {
+        let log = self.wait_for_log("admin endpoints on http://");
+        log.split("admin endpoints on http://")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no admin address in the log:\n{log}"))
     }
 
     /// Waits until the log contains `needle`; fails the test after [`PATIENCE`].
@@ -353,7 +460,7 @@ impl TestServer {
 
     /// The plugins directory the server watches.
     pub fn plugins_dir(&self) -> &Path {
-        self._dir.path()
+        &self.plugins
     }
 
     /// Drops `src` into the plugins directory as `name.wasm` the way a careful deployer does:
@@ -406,8 +513,14 @@ impl TestServer {
         assert!(status.success());
     }
 
+    /// Stops the server with SIGTERM (a clean shutdown) and waits until it has exited.
+    pub fn terminate(mut self) -> ExitStatus {
+        self.signal("TERM");
+        self.wait_exit()
+    }
+
     /// Waits for the server to exit; fails the test after [`PATIENCE`].
-    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+    pub fn wait_exit(&mut self) -> ExitStatus {
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -431,22 +544,32 @@ impl TestServer {
 
     /// Resident memory of the server process, in KiB.
     pub fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
+        rss_kib(self.pid()).expect("the server runs")
     }
 
     /// CPU time (user + system) the server has used, in clock ticks.
     pub fn cpu_ticks(&self) -> u64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
-        // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        let fields: Vec<&str> = rest.split(' ').collect();
-        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+        cpu_ticks(self.pid()).expect("the server runs")
     }
+}
+
+/// Resident memory of process `pid` in KiB (`VmRSS`), or `None` if it is gone.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// CPU time (user + system) process `pid` has used, in clock ticks (1/100 s on Linux), or
+/// `None` if it is gone.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = rest.split(' ').collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
 impl Drop for TestServer {
@@ -459,9 +582,14 @@ impl Drop for TestServer {
     }
 }
 
-/// Waits for `ankh serve --ready-file` to write its address, for at most `timeout` of wall
-/// clock time; fails early if the process exits.
-pub fn wait_ready(path: &Path, child: &mut Child, timeout: Duration) -> Result<SocketAddr, String> {
+/// Waits for `ankh serve --ready-file` to write its address, looking every `poll`, for at
+/// most `timeout` of wall clock time; fails early if the process exits.
+pub fn wait_ready(
+    path: &Path,
+    child: &mut Child,
+    timeout: Duration,
+    poll: Duration,
+) -> Result<SocketAddr, String> {
     let started = Instant::now();
     loop {
         if let Ok(text) = std::fs::read_to_string(path) {
@@ -476,7 +604,7 @@ pub fn wait_ready(path: &Path, child: &mut Child, timeout: Duration) -> Result<S
         if started.elapsed() >= timeout {
             return Err(format!("no ready file after {timeout:?}"));
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(poll);
     }
 }
 

@@ -2,12 +2,14 @@
 //! launcher and its HTTP clients ([`harness`]), WebSocket clients and raw frames ([`ws`]),
 //! `/metrics` scraped and parsed ([`metrics`]), real Redis and nginx servers ([`services`]),
 //! a local HTTP service for plugins to call ([`upstream`]), the plugins built from source
-//! ([`harness::plugins`], by `build.rs`) and a `wasmtime serve` to compare with
-//! ([`wasmtime_serve`]).
+//! ([`harness::plugins`], by `build.rs` with [`build_plugins`]) and a `wasmtime serve` to
+//! compare with ([`wasmtime_serve`]).
 //!
 //! The tests themselves are targets of the `ankh` package (`host/Cargo.toml`), so the binary
-//! they start is always the one cargo has just built for them.
+//! they start is always the one cargo has just built for them. The benches (`benches/`) start
+//! the release binary through the same launcher ([`harness::Options::bin`]).
 
+pub mod build_plugins;
 pub mod harness;
 pub mod metrics;
 pub mod services;

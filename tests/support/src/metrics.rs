@@ -6,14 +6,9 @@ use std::net::{SocketAddr, TcpStream};
 
 use crate::harness::TestServer;
 
+/// The admin listener's address ([`TestServer::admin_addr`]).
 pub fn admin_addr(s: &TestServer) -> SocketAddr {
-    let log = s.wait_for_log("admin endpoints on http://");
-    log.split("admin endpoints on http://")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap()
-        .parse()
-        .unwrap()
+    s.admin_addr()
 }
 
 pub fn admin_get(addr: SocketAddr, path: &str) -> (u16, String) {

@@ -52,17 +52,29 @@ fn wait_accepting(addr: SocketAddr, what: &str) {
 }
 
 /// A `redis-server` of the test's own, with an append-only file so that a stop and start
-/// keeps its data (as a production Redis does).
+/// keeps its data (as a production Redis does), or without one ([`Redis::start_volatile`]).
 pub struct Redis {
     program: PathBuf,
     child: Option<Child>,
     pub port: u16,
     dir: TempDir,
+    /// Every write in the append-only file, fsynced, before Redis answers.
+    durable: bool,
 }
 
 impl Redis {
     /// Starts one, or `None` (outside CI) when `redis-server` is not installed.
     pub fn start(tag: &str) -> Option<Redis> {
+        Redis::start_with(tag, true)
+    }
+
+    /// [`Redis::start`] without the append-only file (nothing written to disk: a bench
+    /// measures ankh, not Redis's fsync).
+    pub fn start_volatile(tag: &str) -> Option<Redis> {
+        Redis::start_with(tag, false)
+    }
+
+    fn start_with(tag: &str, durable: bool) -> Option<Redis> {
         let program = installed("redis-server", "redis-server")?;
         let dir = TempDir::new(&format!("redis-{tag}"));
         std::fs::create_dir_all(dir.path()).unwrap();
@@ -71,6 +83,7 @@ impl Redis {
             child: None,
             port: free_port(),
             dir,
+            durable,
         };
         redis.resume();
         Some(redis)
@@ -93,14 +106,11 @@ impl Redis {
         assert!(self.child.is_none(), "already running");
         let child = Command::new(&self.program)
             .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
-            .args([
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-            ])
+            .args(["--save", ""])
+            .args(match self.durable {
+                true => &["--appendonly", "yes", "--appendfsync", "always"][..],
+                false => &["--appendonly", "no"],
+            })
             .args(["--maxclients", "10000", "--dir"])
             .arg(self.dir.path())
             .stdout(Stdio::null())
