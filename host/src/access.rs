@@ -17,7 +17,7 @@ use crate::text;
 pub const TARGET: &str = "ankh::access";
 
 /// Takes one whole access line, newline included.
-pub type WriteLine = dyn Fn(&[u8]) + Send + Sync;
+pub(crate) type WriteLine = dyn Fn(&[u8]) + Send + Sync;
 
 /// Where formatted access lines go.
 pub struct Sink {
@@ -64,7 +64,7 @@ impl Access {
     /// One access-log line (target `ankh::access`, off with `--no-access-log`).
     /// `request` is the request id, `None` for requests no plugin saw (logged as `-`). Nothing
     /// is formatted unless the line is written.
-    pub fn log(&self, status: u16, bytes: usize, plugin: &str, request: Option<u64>) {
+    pub(crate) fn log(&self, status: u16, bytes: usize, plugin: &str, request: Option<u64>) {
         let elapsed = self.received.elapsed();
         if let Some(m) = &self.metrics {
             m.response(status, elapsed);

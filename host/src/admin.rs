@@ -6,7 +6,7 @@
 //! own, non-blocking sockets, and a total deadline for each request head (the server's
 //! `--head-timeout-ms`, as on the main port; past it: 408 and close). A client that drips a
 //! byte every few seconds, or hundreds of them, cost a slot each until their deadline and
-//! hold up no one. Past [`ADMIN_MAX_CONNECTIONS`](crate::limits::ADMIN_MAX_CONNECTIONS) the oldest connection is closed to make
+//! hold up no one. Past [`crate::limits::ADMIN_MAX_CONNECTIONS`] the oldest connection is closed to make
 //! room, so a new scrape or probe is always taken in. One request per connection: admin
 //! traffic is a scrape every few seconds. Requests are parsed and answers encoded by
 //! [`crate::proto`], as on the main listener.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use std::sync::LazyLock;
 
-pub use crate::kv::KvBackend;
+pub(crate) use crate::kv::KvBackend;
 use crate::limits::{self, HasLimits, Limits, WORKERS_PER_CORE};
 use crate::settings::{
     self, Flag, Flags, Kind, Origin, Override, Setting, SettingsError, Unit, Value, parse_into, set,
@@ -25,17 +25,17 @@ pub const DEFAULT_CONFIG_FILE: &str = "ankh.toml";
 pub const DEFAULT_LOG_LEVEL: &str = "info";
 
 /// Where the server listens when nothing says otherwise.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
 /// Where `--admin` without a value listens.
-pub const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
+pub(crate) const DEFAULT_ADMIN: &str = "127.0.0.1:9090";
 
 /// The plugins directory when nothing says otherwise.
-pub const DEFAULT_PLUGINS_DIR: &str = "plugins";
+pub(crate) const DEFAULT_PLUGINS_DIR: &str = "plugins";
 
 /// The data directory when nothing says otherwise: next to the config file, or in the working
 /// directory without one.
-pub const DEFAULT_DATA_DIR: &str = "data";
+pub(crate) const DEFAULT_DATA_DIR: &str = "data";
 
 /// Whether WebSocket topics and connections span processes, and through which Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -543,7 +543,7 @@ static SERVER: &[Setting<ServeConfig>] = &[
 
 /// A server limit, and whether a plugin's policy may give its own value.
 #[derive(Debug)]
-pub struct LimitSetting<C> {
+pub(crate) struct LimitSetting<C> {
     pub setting: Setting<C>,
     pub policy: Override,
 }
@@ -552,7 +552,7 @@ pub struct LimitSetting<C> {
 /// the constants of [`crate::limits`], and a plugin policy's, whose defaults are the server's.
 /// The one declaration of each limit: its key, flag, unit, range, default, doc line, and
 /// whether a policy may override it.
-pub fn limit_settings<C: HasLimits>() -> Vec<LimitSetting<C>> {
+pub(crate) fn limit_settings<C: HasLimits>() -> Vec<LimitSetting<C>> {
     vec![
         limit!(
             "limits.max_head_bytes",
@@ -967,7 +967,7 @@ impl ServeConfig {
     }
 
     /// The Redis server that WebSocket topics and connections cross processes through, if any.
-    pub fn pubsub_url(&self) -> Option<&str> {
+    pub(crate) fn pubsub_url(&self) -> Option<&str> {
         match (&self.pubsub, &self.kv) {
             (Pubsub::Redis(url), _) | (Pubsub::Auto, KvBackend::Redis(url)) => Some(url),
             _ => None,

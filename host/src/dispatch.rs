@@ -17,7 +17,7 @@ use crate::runtime::engine::registry::Registry;
 /// Routes requests to plugins. Each event loop has a clone; they share the registry, the
 /// pool and the request ids.
 #[derive(Debug, Clone)]
-pub struct Dispatcher {
+pub(crate) struct Dispatcher {
     registry: Arc<Registry>,
     pool: WorkerPool,
     /// The next request id, unique across every loop.
@@ -27,7 +27,7 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// A dispatcher whose request ids carry `node` (0 outside a cluster) in their top bits,
     /// as connection ids do: unique across the processes of a cluster.
-    pub fn new(registry: Arc<Registry>, pool: WorkerPool, node: u32) -> Self {
+    pub(crate) fn new(registry: Arc<Registry>, pool: WorkerPool, node: u32) -> Self {
         let first = (u64::from(node) << crate::message::LOCAL_ID_BITS) | 1;
         Dispatcher {
             registry,
@@ -39,7 +39,7 @@ impl Dispatcher {
     /// Takes back every request no worker has started (the server is draining), whichever
     /// loop queued it. WebSocket events stay queued: their connections are closing and the
     /// plugin still hears of it.
-    pub fn take_unstarted_requests(&mut self) -> Vec<(ConnId, u64)> {
+    pub(crate) fn take_unstarted_requests(&mut self) -> Vec<(ConnId, u64)> {
         let mut unstarted = Vec::new();
         for job in self.pool.take_queued() {
             match *job {
@@ -57,7 +57,7 @@ impl Dispatcher {
     /// Hands an event of WebSocket `ws` to the current version of plugin `name`. When it
     /// cannot: `Busy` gives the event back (the queue is full), `Gone` drops it (the plugin
     /// was unmounted).
-    pub fn dispatch_event(
+    pub(crate) fn dispatch_event(
         &mut self,
         conn: ConnId,
         ws: WsId,
@@ -92,24 +92,24 @@ impl Dispatcher {
 
     /// Makes this thread, event loop `shard` of `loops`, run calls itself (see
     /// [`crate::pool::inline`]).
-    pub fn run_calls_here(&self, shard: usize, loops: usize) {
+    pub(crate) fn run_calls_here(&self, shard: usize, loops: usize) {
         self.pool.run_calls_here(shard, loops);
     }
 
     /// A probe that reads the queue depth from any thread.
-    pub fn depth_probe(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+    pub(crate) fn depth_probe(&self) -> impl Fn() -> usize + Send + Sync + 'static {
         self.pool.depth_probe()
     }
 
     /// Requests waiting for a worker.
-    pub fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         self.pool.queued()
     }
 
     /// Queues `request` of connection `conn` for its mount (found by the [`Router`]
     /// implementation below), or says what to answer instead. Its `cancel` is fired by the
     /// connection if its client leaves.
-    pub fn dispatch(&mut self, conn: ConnId, request: Dispatch) -> Result<(), Immediate> {
+    pub(crate) fn dispatch(&mut self, conn: ConnId, request: Dispatch) -> Result<(), Immediate> {
         let Dispatch {
             seq,
             head,

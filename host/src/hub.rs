@@ -21,14 +21,14 @@ use crate::message::{LOCAL_ID_BITS, WsId};
 
 /// Hears of every connection opened and closed: how other processes learn where a
 /// connection lives. It must not block.
-pub trait Roster: Send + Sync + std::fmt::Debug {
+pub(crate) trait Roster: Send + Sync + std::fmt::Debug {
     fn opened(&self, owner: &Arc<str>, ws: WsId);
     fn closed(&self, owner: &Arc<str>, ws: WsId);
 }
 
 /// Why a subscription was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SubscribeError {
+pub(crate) enum SubscribeError {
     /// The connection is not open, or not this plugin's.
     Closed,
     /// The topic name, or the number of topics of this connection, is over the limit.
@@ -66,7 +66,7 @@ impl Default for Hub {
 
 impl Hub {
     /// The hub of node `node` (0 outside a cluster), telling `roster` of every connection.
-    pub fn new(node: u32, roster: Option<Arc<dyn Roster>>) -> Self {
+    pub(crate) fn new(node: u32, roster: Option<Arc<dyn Roster>>) -> Self {
         Hub {
             ids: IdSource::new(node),
             inner: Mutex::default(),
@@ -75,7 +75,7 @@ impl Hub {
     }
 
     /// The node number in this hub's ids.
-    pub fn node(&self) -> u32 {
+    pub(crate) fn node(&self) -> u32 {
         self.ids.node
     }
 
@@ -85,7 +85,7 @@ impl Hub {
 
     /// A fresh id for a connection of plugin `owner` whose socket lives on event loop `home`,
     /// already marked open.
-    pub fn open(&self, owner: &Arc<str>, home: usize) -> WsId {
+    pub(crate) fn open(&self, owner: &Arc<str>, home: usize) -> WsId {
         let ws = self.ids.next();
         self.lock().open.insert(
             ws,
@@ -102,7 +102,7 @@ impl Hub {
     }
 
     /// The event loop of `ws`, if it is open and belongs to `owner`.
-    pub fn home_for(&self, ws: WsId, owner: &str) -> Option<usize> {
+    pub(crate) fn home_for(&self, ws: WsId, owner: &str) -> Option<usize> {
         self.lock()
             .open
             .get(&ws)
@@ -110,18 +110,19 @@ impl Hub {
             .map(|c| c.home)
     }
 
+    #[cfg(test)]
     /// Whether `ws` is open and belongs to `owner`.
-    pub fn is_open_for(&self, ws: WsId, owner: &str) -> bool {
+    pub(crate) fn is_open_for(&self, ws: WsId, owner: &str) -> bool {
         self.home_for(ws, owner).is_some()
     }
 
     /// Open connections.
-    pub fn open_count(&self) -> usize {
+    pub(crate) fn open_count(&self) -> usize {
         self.lock().open.len()
     }
 
     /// Forgets a connection and its subscriptions.
-    pub fn closed(&self, ws: WsId) {
+    pub(crate) fn closed(&self, ws: WsId) {
         let mut inner = self.lock();
         let Some(conn) = inner.open.remove(&ws) else {
             return;
@@ -146,7 +147,7 @@ impl Hub {
 
     /// Subscribes `ws`, which must be `owner`'s, to `owner`'s `topic`, within `(longest
     /// topic, most topics per connection)`.
-    pub fn subscribe(
+    pub(crate) fn subscribe(
         &self,
         owner: &str,
         ws: WsId,
@@ -178,7 +179,12 @@ impl Hub {
     }
 
     /// Unsubscribes `ws`, which must be `owner`'s, from `owner`'s `topic`.
-    pub fn unsubscribe(&self, owner: &str, ws: WsId, topic: &str) -> Result<(), SubscribeError> {
+    pub(crate) fn unsubscribe(
+        &self,
+        owner: &str,
+        ws: WsId,
+        topic: &str,
+    ) -> Result<(), SubscribeError> {
         let mut inner = self.lock();
         let conn = inner
             .open
@@ -202,7 +208,7 @@ impl Hub {
 
     /// The connections subscribed to `owner`'s `topic`, each with its event loop, ordered by
     /// loop then id (so each loop's share is one run).
-    pub fn subscribers(&self, owner: &str, topic: &str) -> Vec<(usize, WsId)> {
+    pub(crate) fn subscribers(&self, owner: &str, topic: &str) -> Vec<(usize, WsId)> {
         let inner = self.lock();
         let mut subs: Vec<(usize, WsId)> = inner
             .topics

@@ -13,6 +13,11 @@
 //! memory bomb) leaves its instance: that request gets a 5xx, the instance is replaced, the
 //! server keeps serving. Configuration, the CLI and plugin building sit at the edges.
 
+// The library's public items are what the binary, the tests and the benches use; everything
+// else is `pub(crate)`, so the compiler sees dead code. Its docs are for contributors and are
+// built with `--document-private-items` (`.ci/run`): they link to private items freely.
+#![allow(rustdoc::private_intra_doc_links)]
+
 // Every bound, in one place.
 pub mod limits;
 
@@ -24,7 +29,7 @@ mod log_limit;
 pub mod proto;
 
 // Per-request text without the formatting machinery.
-pub mod text;
+mod text;
 
 // Ids and messages every layer shares, and the table of open WebSockets.
 pub mod hub;
@@ -34,7 +39,7 @@ pub mod message;
 pub mod kv;
 
 // Many processes as one application: WebSocket topics and connections through Redis.
-pub mod cluster;
+mod cluster;
 
 // The wasm side.
 pub mod runtime;
@@ -46,7 +51,7 @@ pub mod ws_router;
 pub mod pool;
 
 // From request to worker.
-pub mod dispatch;
+mod dispatch;
 
 // Sockets.
 pub mod net;
@@ -58,7 +63,7 @@ pub mod access;
 mod admin;
 pub mod config;
 pub mod loader;
-pub mod metrics;
+mod metrics;
 mod reload;
 pub mod server;
 pub mod settings;

@@ -328,7 +328,7 @@ pub const WS_MAX_TOPICS_PER_CONNECTION: usize = 64;
 /// A configuration that holds a set of [`Limits`]: the server's, or a plugin policy's (which
 /// starts from the server's). Lets one declaration of each limit (`config::limit_settings`)
 /// read and write both.
-pub trait HasLimits {
+pub(crate) trait HasLimits {
     fn limits(&self) -> &Limits;
     fn limits_mut(&mut self) -> &mut Limits;
 }

@@ -39,7 +39,7 @@ pub fn plugin_name(path: &Path) -> Option<&str> {
 
 /// A `.wasm` file whose name cannot be a plugin name (hidden files, an editor's, are not
 /// reported).
-pub fn unusable_name(path: &Path) -> bool {
+pub(crate) fn unusable_name(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "wasm")
         && plugin_name(path).is_none()
         && !path
@@ -49,7 +49,7 @@ pub fn unusable_name(path: &Path) -> bool {
 }
 
 /// Logs a file that is ignored for its name.
-pub fn warn_unusable_name(path: &Path) {
+pub(crate) fn warn_unusable_name(path: &Path) {
     tracing::warn!(
         path = %path.display(),
         "ignored: a plugin file name may only use letters, digits, '-', '_' and '.'"
@@ -97,7 +97,7 @@ struct Finished {
 }
 
 /// Loads plugins on their own threads and mounts them.
-pub struct Loads {
+pub(crate) struct Loads {
     runtime: Arc<Runtime>,
     registry: Arc<Registry>,
     state: Mutex<State>,
@@ -111,7 +111,7 @@ impl std::fmt::Debug for Loads {
 }
 
 impl Loads {
-    pub fn new(runtime: Arc<Runtime>, registry: Arc<Registry>) -> Arc<Loads> {
+    pub(crate) fn new(runtime: Arc<Runtime>, registry: Arc<Registry>) -> Arc<Loads> {
         Arc::new(Loads {
             runtime,
             registry,
@@ -126,7 +126,7 @@ impl Loads {
 
     /// Loads every plugin directly inside `dir`, and returns once each has compiled and
     /// started, or after [`PLUGIN_START_GRACE`] for those still starting.
-    pub fn load_dir(self: &Arc<Self>, dir: &Path) -> std::io::Result<()> {
+    pub(crate) fn load_dir(self: &Arc<Self>, dir: &Path) -> std::io::Result<()> {
         let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)?
             .filter_map(|entry| entry.ok().map(|e| e.path()))
             .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "wasm"))
@@ -192,7 +192,7 @@ impl Loads {
     }
 
     /// Loads (or reloads) the plugin at `path`, unless this exact version was tried already.
-    pub fn load(self: &Arc<Self>, path: &Path) {
+    pub(crate) fn load(self: &Arc<Self>, path: &Path) {
         let Some(name) = plugin_name(path) else {
             return;
         };
@@ -216,7 +216,7 @@ impl Loads {
     }
 
     /// Unmounts the plugin whose file was `path`, after any load of it in flight.
-    pub fn unmount(self: &Arc<Self>, path: &Path) {
+    pub(crate) fn unmount(self: &Arc<Self>, path: &Path) {
         let Some(name) = plugin_name(path) else {
             return;
         };

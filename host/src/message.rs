@@ -24,13 +24,13 @@ pub type WsId = u64;
 
 /// How many top bits of a connection or request id name the process (`--pubsub`): 24, which
 /// leaves 2^40 ids per process.
-pub const NODE_BITS: u32 = 24;
+pub(crate) const NODE_BITS: u32 = 24;
 
 /// The bits below the node number.
-pub const LOCAL_ID_BITS: u32 = 64 - NODE_BITS;
+pub(crate) const LOCAL_ID_BITS: u32 = 64 - NODE_BITS;
 
 /// The node number in an id.
-pub fn node_of(id: u64) -> u32 {
+pub(crate) fn node_of(id: u64) -> u32 {
     (id >> LOCAL_ID_BITS) as u32
 }
 
@@ -114,17 +114,18 @@ impl DeflateWindow {
     }
 
     /// What it holds, oldest first.
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         &self.bytes
     }
 
+    #[cfg(test)]
     /// Bytes held (for memory accounting).
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.bytes.capacity()
     }
 
     /// Adds `data`, keeping only the last `cap` bytes.
-    pub fn push(&mut self, data: &[u8]) {
+    pub(crate) fn push(&mut self, data: &[u8]) {
         if data.len() >= self.cap {
             self.bytes.clear();
             self.bytes.extend_from_slice(&data[data.len() - self.cap..]);
@@ -169,11 +170,11 @@ impl Cancel {
         }
     }
 
-    pub fn is_cancelled(&self) -> bool {
+    pub(crate) fn is_cancelled(&self) -> bool {
         self.0.fired.load(Ordering::Acquire)
     }
 
-    pub fn poll_fired(&self, cx: &mut Context<'_>) -> Poll<()> {
+    pub(crate) fn poll_fired(&self, cx: &mut Context<'_>) -> Poll<()> {
         if self.is_cancelled() {
             return Poll::Ready(());
         }

@@ -43,7 +43,7 @@ pub struct Metrics {
 
 /// One event loop's figures.
 #[derive(Debug, Default)]
-pub struct IoLoop {
+pub(crate) struct IoLoop {
     /// Connections this loop owns (counted from the moment loop 0 hands one over).
     connections: AtomicI64,
     /// Time spent handling readiness, replies and timers, rather than waiting in `poll`.
@@ -55,27 +55,27 @@ pub struct IoLoop {
 }
 
 impl IoLoop {
-    pub fn opened(&self) {
+    pub(crate) fn opened(&self) {
         self.connections.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn closed(&self) {
+    pub(crate) fn closed(&self) {
         self.connections.fetch_sub(1, Ordering::Relaxed);
     }
 
-    pub fn open(&self) -> i64 {
+    pub(crate) fn open(&self) -> i64 {
         self.connections.load(Ordering::Relaxed)
     }
 
-    pub fn call_started(&self) {
+    pub(crate) fn call_started(&self) {
         self.calls_started.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn call_handed_on(&self) {
+    pub(crate) fn call_handed_on(&self) {
         self.calls_handed_on.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn busy(&self, spent: Duration) {
+    pub(crate) fn busy(&self, spent: Duration) {
         self.busy_ns
             .fetch_add(spent.as_nanos() as u64, Ordering::Relaxed);
     }
@@ -121,7 +121,7 @@ struct OriginStats {
 
 impl PluginMetrics {
     /// An outbound request to `origin` ended (`ok`: a response head arrived) after `took`.
-    pub fn outbound(&self, origin: &str, took: Duration, ok: bool) {
+    pub(crate) fn outbound(&self, origin: &str, took: Duration, ok: bool) {
         let mut map = self.outbound.lock().unwrap_or_else(PoisonError::into_inner);
         let key = if map.contains_key(origin) || map.len() < crate::limits::OUTBOUND_ORIGINS_COUNTED
         {
@@ -136,7 +136,7 @@ impl PluginMetrics {
     }
 
     /// A response went out, `elapsed` after its request was complete.
-    pub fn response(&self, status: u16, elapsed: Duration) {
+    pub(crate) fn response(&self, status: u16, elapsed: Duration) {
         let class = usize::from(status / 100).clamp(1, 5) - 1;
         self.responses[class].fetch_add(1, Ordering::Relaxed);
         let secs = elapsed.as_secs_f64();
@@ -151,7 +151,7 @@ impl PluginMetrics {
     }
 
     /// An instance asked for `bytes` of linear memory.
-    pub fn memory(&self, bytes: usize) {
+    pub(crate) fn memory(&self, bytes: usize) {
         self.memory_high_water_bytes
             .fetch_max(bytes as u64, Ordering::Relaxed);
     }
@@ -159,14 +159,14 @@ impl PluginMetrics {
 
 impl Metrics {
     /// Keeps figures for `loops` event loops (once; later calls change nothing).
-    pub fn set_io_loops(&self, loops: usize) {
+    pub(crate) fn set_io_loops(&self, loops: usize) {
         let _ = self
             .io_loops
             .set((0..loops.max(1)).map(|_| IoLoop::default()).collect());
     }
 
     /// The figures of event loop `shard`.
-    pub fn io_loop(&self, shard: usize) -> &IoLoop {
+    pub(crate) fn io_loop(&self, shard: usize) -> &IoLoop {
         static UNCOUNTED: IoLoop = IoLoop {
             connections: AtomicI64::new(0),
             busy_ns: AtomicU64::new(0),
@@ -180,18 +180,18 @@ impl Metrics {
     }
 
     /// Shows the key-value store's counters too.
-    pub fn attach_kv(&self, stats: Arc<crate::kv::Stats>) {
+    pub(crate) fn attach_kv(&self, stats: Arc<crate::kv::Stats>) {
         *self.kv.lock().unwrap_or_else(PoisonError::into_inner) = Some(stats);
     }
 
     /// The figures of plugin `name`, created on first use.
-    pub fn plugin(&self, name: &str) -> Arc<PluginMetrics> {
+    pub(crate) fn plugin(&self, name: &str) -> Arc<PluginMetrics> {
         let mut plugins = self.plugins.lock().unwrap_or_else(PoisonError::into_inner);
         plugins.entry(name.to_owned()).or_default().clone()
     }
 
     /// What permessage-deflate did since last reported.
-    pub fn ws_deflate(&self, deflated: u64, inflated: u64, compressed_frames: u64) {
+    pub(crate) fn ws_deflate(&self, deflated: u64, inflated: u64, compressed_frames: u64) {
         self.ws_deflated.fetch_add(deflated, Ordering::Relaxed);
         self.ws_inflated.fetch_add(inflated, Ordering::Relaxed);
         self.ws_compressed_frames
@@ -199,7 +199,7 @@ impl Metrics {
     }
 
     /// The exposition text. `websockets` and `queued` are read by the caller at scrape time.
-    pub fn render(&self, websockets: usize, queued: usize) -> String {
+    pub(crate) fn render(&self, websockets: usize, queued: usize) -> String {
         let mut out = String::new();
         let mut gauge = |name: &str, help: &str, kind: &str, value: String| {
             let _ = writeln!(

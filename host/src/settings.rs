@@ -35,39 +35,39 @@ pub enum Value {
 }
 
 impl Value {
-    pub fn number(&self) -> u64 {
+    pub(crate) fn number(&self) -> u64 {
         match self {
             Value::Number(n) => *n,
             _ => 0,
         }
     }
 
-    pub fn bool(&self) -> bool {
+    pub(crate) fn bool(&self) -> bool {
         matches!(self, Value::Bool(true))
     }
 
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         match self {
             Value::Text(t) => t.clone(),
             _ => String::new(),
         }
     }
 
-    pub fn path(&self) -> Option<PathBuf> {
+    pub(crate) fn path(&self) -> Option<PathBuf> {
         match self {
             Value::Path(p) => Some(p.clone()),
             _ => None,
         }
     }
 
-    pub fn address(&self) -> Option<SocketAddr> {
+    pub(crate) fn address(&self) -> Option<SocketAddr> {
         match self {
             Value::Address(a) => Some(*a),
             _ => None,
         }
     }
 
-    pub fn list(&self) -> Vec<String> {
+    pub(crate) fn list(&self) -> Vec<String> {
         match self {
             Value::List(l) => l.clone(),
             _ => Vec::new(),
@@ -231,7 +231,7 @@ impl<C> Setting<C> {
     }
 
     /// What `--help` says: the doc line, the real default and the key in the file.
-    pub fn help(&self) -> String {
+    pub(crate) fn help(&self) -> String {
         let mut help = self.doc.to_owned();
         let default = (self.default)();
         match (&self.flag, &default) {
@@ -403,7 +403,7 @@ fn one_of(words: &[&str]) -> String {
 
 /// `IP:PORT`, or `NAME:PORT` resolved as every server resolves its listen address (the first
 /// IPv4 address of the name, else its first address).
-pub fn resolve(text: &str) -> Result<SocketAddr, String> {
+pub(crate) fn resolve(text: &str) -> Result<SocketAddr, String> {
     if let Ok(addr) = text.parse() {
         return Ok(addr);
     }
@@ -423,7 +423,7 @@ pub fn resolve(text: &str) -> Result<SocketAddr, String> {
 
 /// Where a value came from: the default, a line of a file, or a flag.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     Default,
     File { path: PathBuf, line: usize },
     Flag(&'static str),
@@ -431,7 +431,7 @@ pub enum Origin {
 
 impl Origin {
     /// How an error names the place: `ankh.toml:7: limits.queue_depth`, or `--queue-depth`.
-    pub fn describe(&self, key: &str) -> String {
+    pub(crate) fn describe(&self, key: &str) -> String {
         match self {
             Origin::File { path, line } => format!("{}:{line}: {key}", path.display()),
             Origin::Flag(long) => format!("--{long}"),
@@ -452,11 +452,11 @@ pub enum SettingsError {
 }
 
 /// The values a file or the flags gave, with where each came from.
-pub type Given = Vec<(&'static str, Value, Origin)>;
+pub(crate) type Given = Vec<(&'static str, Value, Origin)>;
 
 /// Reads `text` (the file at `path`) against `settings`: every key must be one of them, in its
 /// section; relative paths are taken from `path`'s directory.
-pub fn load_file<C>(
+pub(crate) fn load_file<C>(
     settings: &[Setting<C>],
     path: &Path,
     text: &str,
@@ -542,7 +542,7 @@ pub fn load_file<C>(
 
 /// The effective configuration in the file's own format: every setting, by section, in the
 /// order they are declared.
-pub fn to_toml<C>(settings: &[Setting<C>], config: &C) -> String {
+pub(crate) fn to_toml<C>(settings: &[Setting<C>], config: &C) -> String {
     let mut top = String::new();
     let mut sections: Vec<(&str, String)> = Vec::new();
     for setting in settings {
@@ -635,7 +635,7 @@ impl Flags {
     }
 
     /// Parses the values given against `settings`.
-    pub fn parse<C>(&self, settings: &[Setting<C>]) -> Result<Given, SettingsError> {
+    pub(crate) fn parse<C>(&self, settings: &[Setting<C>]) -> Result<Given, SettingsError> {
         let mut out = Vec::new();
         for (long, text) in &self.given {
             let Some(setting) = settings.iter().find(|s| s.long() == Some(*long)) else {
@@ -668,7 +668,7 @@ impl<C> Setting<C> {
 /// Builds a configuration: the defaults of `settings`, then each layer of values in turn
 /// (the file, then the flags), applied into `config`. Returns where each key's value came
 /// from, for errors found later; a value its setting cannot take is refused with its place.
-pub fn layer<C>(
+pub(crate) fn layer<C>(
     settings: &[Setting<C>],
     config: &mut C,
     layers: &[Given],
@@ -696,13 +696,13 @@ pub fn layer<C>(
 }
 
 /// Sets `slot` to `value`: the `apply` of a setting whose value needs no parsing.
-pub fn set<T>(slot: &mut T, value: T) -> Result<(), String> {
+pub(crate) fn set<T>(slot: &mut T, value: T) -> Result<(), String> {
     *slot = value;
     Ok(())
 }
 
 /// Parses `text` into `slot`: the `apply` of a setting whose text is a typed value.
-pub fn parse_into<T: std::str::FromStr<Err = String>>(
+pub(crate) fn parse_into<T: std::str::FromStr<Err = String>>(
     slot: &mut T,
     text: &str,
 ) -> Result<(), String> {
@@ -712,7 +712,7 @@ pub fn parse_into<T: std::str::FromStr<Err = String>>(
 
 /// Whether a plugin's policy may give its own value for a server setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Override {
+pub(crate) enum Override {
     /// The server's value holds for every plugin.
     Never,
     /// A policy may lower it (a smaller number), never raise it past the server's.

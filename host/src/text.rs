@@ -6,18 +6,18 @@ use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Appends `{id:016x}`.
-pub fn push_hex_id(out: &mut String, id: u64) {
+pub(crate) fn push_hex_id(out: &mut String, id: u64) {
     out.push_str(std::str::from_utf8(&hex_digits(id)).unwrap_or_default());
 }
 
 /// `{id:016x}`, as bytes.
-pub fn hex_digits(id: u64) -> [u8; 16] {
+pub(crate) fn hex_digits(id: u64) -> [u8; 16] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     std::array::from_fn(|i| DIGITS[((id >> ((15 - i) * 4)) & 0xf) as usize])
 }
 
 /// `{id:016x}`.
-pub fn hex_id(id: u64) -> String {
+pub(crate) fn hex_id(id: u64) -> String {
     let mut out = String::with_capacity(16);
     push_hex_id(&mut out, id);
     out
@@ -25,11 +25,11 @@ pub fn hex_id(id: u64) -> String {
 
 /// The longest text of a socket address: `[`, an IPv6 address (39), `%`, a scope id (10),
 /// `]:` and a port (5).
-pub const ADDRESS_MAX: usize = 58;
+pub(crate) const ADDRESS_MAX: usize = 58;
 
 /// Hands `addr.to_string()` to `use_text`. IPv4 (the common case) is written digit by digit
 /// into a buffer on the stack: `Display` for socket addresses was 1% of a hello-world load.
-pub fn with_address<R>(addr: SocketAddr, use_text: impl FnOnce(&str) -> R) -> R {
+pub(crate) fn with_address<R>(addr: SocketAddr, use_text: impl FnOnce(&str) -> R) -> R {
     let SocketAddr::V4(v4) = addr else {
         return use_text(&addr.to_string());
     };
@@ -66,19 +66,19 @@ pub fn with_address<R>(addr: SocketAddr, use_text: impl FnOnce(&str) -> R) -> R 
 }
 
 /// Appends `addr.to_string()`.
-pub fn push_address(out: &mut String, addr: SocketAddr) {
+pub(crate) fn push_address(out: &mut String, addr: SocketAddr) {
     with_address(addr, |text| out.push_str(text));
 }
 
 /// `addr.to_string()`, as [`push_address`] writes it.
-pub fn address_text(addr: SocketAddr) -> String {
+pub(crate) fn address_text(addr: SocketAddr) -> String {
     let mut out = String::with_capacity(21);
     push_address(&mut out, addr);
     out
 }
 
 /// Appends `n` in decimal.
-pub fn push_decimal(out: &mut String, n: u64) {
+pub(crate) fn push_decimal(out: &mut String, n: u64) {
     out.push_str(itoa::Buffer::new().format(n));
 }
 
@@ -93,7 +93,7 @@ thread_local! {
 /// (`2026-12-01T07:46:30.151581Z`). The date and time up to the second are formatted by
 /// tracing-subscriber once per second and thread, and only the microseconds per call: the
 /// whole timestamp through its formatter was 1.5% of a hello-world load, access log on.
-pub fn push_timestamp(out: &mut String) {
+pub(crate) fn push_timestamp(out: &mut String) {
     use tracing_subscriber::fmt::format::Writer;
     use tracing_subscriber::fmt::time::FormatTime;
 

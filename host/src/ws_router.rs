@@ -33,7 +33,7 @@ impl WsRouter {
     }
 
     /// The table of this process's open connections.
-    pub fn hub(&self) -> &Arc<Hub> {
+    pub(crate) fn hub(&self) -> &Arc<Hub> {
         &self.hub
     }
 

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
-use ankh::dispatch::Immediate;
+use ankh::net::Immediate;
 use ankh::limits::Limits;
 use ankh::message::ConnId;
 use ankh::net::conn::{Liveness, Transport};
@@ -22,7 +22,7 @@ impl Router for Nowhere {
     fn route(&self, _path: &str) -> Route {
         Route {
             mount: None,
-            max_body: u64::MAX,
+            max_body: None,
         }
     }
 }

@@ -29,7 +29,7 @@
 //! [`KV_REDIS_PING_INTERVAL`]: crate::limits::KV_REDIS_PING_INTERVAL
 //! [`CLUSTER_NODE_TTL`]: crate::limits::CLUSTER_NODE_TTL
 
-pub mod wire;
+pub(crate) mod wire;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -70,7 +70,7 @@ return 1
 
 /// Why cross-process WebSockets could not start.
 #[derive(Debug, thiserror::Error)]
-pub enum ClusterError {
+pub(crate) enum ClusterError {
     #[error("{url:?} is not a Redis URL: {reason}")]
     Url { url: String, reason: String },
     #[error("cannot reach the pub/sub Redis at {target}: {reason}")]
@@ -122,7 +122,7 @@ struct Delivery {
 impl Cluster {
     /// Joins the cluster at `url`: takes a node number, and starts keeping it alive and
     /// listening for other processes' messages.
-    pub fn join(url: &str) -> Result<Arc<Cluster>, ClusterError> {
+    pub(crate) fn join(url: &str) -> Result<Arc<Cluster>, ClusterError> {
         let target = display_url(url);
         let client = redis::Client::open(url).map_err(|e| ClusterError::Url {
             url: target.clone(),
@@ -173,12 +173,12 @@ impl Cluster {
     }
 
     /// This process's node number (at least 1).
-    pub fn node(&self) -> u32 {
+    pub(crate) fn node(&self) -> u32 {
         self.node
     }
 
     /// The roster the hub reports opened and closed connections to.
-    pub fn roster(&self) -> Arc<dyn Roster> {
+    pub(crate) fn roster(&self) -> Arc<dyn Roster> {
         let (tx, rx) = mpsc::channel(CLUSTER_ROSTER_QUEUE);
         self.runtime
             .spawn(write_roster(self.connection.clone(), self.node, rx));
@@ -187,12 +187,12 @@ impl Cluster {
 
     /// Starts delivering other processes' messages to the local connections of `hub`
     /// through `out`.
-    pub fn deliver_to(&self, hub: Arc<Hub>, out: Arc<dyn WsOut>) {
+    pub(crate) fn deliver_to(&self, hub: Arc<Hub>, out: Arc<dyn WsOut>) {
         let _ = self.delivery.set(Delivery { hub, out });
     }
 
     /// Why other processes' messages cannot reach this one, if they cannot.
-    pub fn trouble(&self) -> Option<String> {
+    pub(crate) fn trouble(&self) -> Option<String> {
         self.trouble
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -202,7 +202,7 @@ impl Cluster {
 
     /// Publishes `message` on `plugin`'s `topic` to the other processes; answers how many
     /// received it (0 when Redis cannot be reached: the local subscribers have it anyway).
-    pub async fn publish(&self, plugin: &str, topic: &str, message: Outbound) -> u32 {
+    pub(crate) async fn publish(&self, plugin: &str, topic: &str, message: Outbound) -> u32 {
         let channel = format!("{PREFIX}t:{plugin}:{topic}");
         let payload = Envelope {
             origin: self.node,
@@ -239,12 +239,12 @@ impl Cluster {
 
     /// Sends `message` to connection `ws` of `plugin` on another process; `false` when there
     /// is no such connection (or Redis cannot be reached).
-    pub async fn send(&self, plugin: &str, ws: WsId, message: Outbound) -> bool {
+    pub(crate) async fn send(&self, plugin: &str, ws: WsId, message: Outbound) -> bool {
         self.route(plugin, ws, Body::Send { ws, message }).await
     }
 
     /// Closes connection `ws` of `plugin` on another process; `false` as for [`Self::send`].
-    pub async fn close(&self, plugin: &str, ws: WsId, code: u16, reason: String) -> bool {
+    pub(crate) async fn close(&self, plugin: &str, ws: WsId, code: u16, reason: String) -> bool {
         self.route(plugin, ws, Body::Close { ws, code, reason })
             .await
     }
@@ -304,7 +304,7 @@ impl Cluster {
     }
 
     /// The cluster's lines of `/metrics` (Prometheus text).
-    pub fn render_metrics(&self, out: &mut String) {
+    pub(crate) fn render_metrics(&self, out: &mut String) {
         use std::fmt::Write;
         let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let _ = write!(

@@ -15,7 +15,7 @@ const CLOSE: u8 = b'C';
 
 /// One message between processes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Envelope {
+pub(crate) struct Envelope {
     /// The process that sent it (its node number).
     pub origin: u32,
     /// The plugin whose topic or connection it is about.
@@ -24,7 +24,7 @@ pub struct Envelope {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Body {
+pub(crate) enum Body {
     /// A message for every subscriber of `topic`.
     Publish { topic: String, message: Outbound },
     /// A message for one connection.
@@ -35,7 +35,7 @@ pub enum Body {
 
 /// Why a message could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WireError {
+pub(crate) enum WireError {
     #[error("a message of layout {0}, this ankh reads layout {VERSION} (a mixed-version cluster?)")]
     Version(u8),
     #[error("a malformed message ({0})")]
@@ -43,7 +43,7 @@ pub enum WireError {
 }
 
 impl Envelope {
-    pub fn encode(&self) -> Bytes {
+    pub(crate) fn encode(&self) -> Bytes {
         let mut out = BytesMut::with_capacity(32 + self.plugin.len() + self.payload_len());
         out.put_u8(VERSION);
         out.put_u32(self.origin);
@@ -69,7 +69,7 @@ impl Envelope {
         out.freeze()
     }
 
-    pub fn decode(mut input: Bytes) -> Result<Envelope, WireError> {
+    pub(crate) fn decode(mut input: Bytes) -> Result<Envelope, WireError> {
         let version = take_u8(&mut input)?;
         if version != VERSION {
             return Err(WireError::Version(version));

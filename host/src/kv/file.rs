@@ -44,7 +44,7 @@ use super::{Backend, Bounds, KvError, Millis, Pending, Stats, Usage, Write, Writ
 use crate::limits::{KV_FILE_CACHE_BYTES, KV_GROUP_COMMIT_MAX, KV_REOPEN_INTERVAL};
 
 /// The database file inside the data directory.
-pub const DB_FILE: &str = "kv.redb";
+pub(crate) const DB_FILE: &str = "kv.redb";
 
 const USAGE: TableDefinition<&str, (u64, u64)> = TableDefinition::new("usage");
 const EXPIRING: TableDefinition<(u64, &str, &str), ()> = TableDefinition::new("expiring");
@@ -55,7 +55,7 @@ fn table_name(ns: &str) -> String {
 
 /// Why the store could not be opened. Each is a one-line message for the operator.
 #[derive(Debug, thiserror::Error)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     #[error("cannot create the data directory {path}: {error}")]
     CreateDir {
         path: PathBuf,
@@ -75,7 +75,7 @@ pub enum OpenError {
 
 /// The file backend.
 #[derive(Debug)]
-pub struct File {
+pub(crate) struct File {
     shared: Arc<Shared>,
     inbox: Arc<Inbox<Msg>>,
     thread: Option<JoinHandle<()>>,
@@ -150,7 +150,7 @@ fn unavailable(e: impl std::fmt::Display) -> KvError {
 
 impl File {
     /// Opens (or creates) `dir/kv.redb`, creating `dir` if needed, and starts the writer.
-    pub fn open(dir: &Path) -> Result<File, OpenError> {
+    pub(crate) fn open(dir: &Path) -> Result<File, OpenError> {
         std::fs::create_dir_all(dir).map_err(|error| OpenError::CreateDir {
             path: dir.to_owned(),
             error,
@@ -179,11 +179,6 @@ impl File {
             inbox,
             thread: Some(thread),
         })
-    }
-
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.shared.file
     }
 
     /// Runs `f` in a read transaction. Storage errors mark the database broken, so the writer
@@ -351,6 +346,7 @@ impl Backend for File {
         })
     }
 
+    #[cfg(test)]
     fn usage(&self, ns: &str) -> Result<Usage, KvError> {
         self.read(|txn| {
             let Some(table) = optional(txn.open_table(USAGE))? else {

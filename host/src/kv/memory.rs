@@ -11,7 +11,7 @@ use super::{Backend, Bounds, KvError, Millis, Pending, Stats, Usage, Write, Writ
 
 /// Every namespace, by name.
 #[derive(Debug, Default)]
-pub struct Memory {
+pub(crate) struct Memory {
     spaces: RwLock<HashMap<String, Arc<Mutex<Space>>>>,
     stats: Arc<Stats>,
 }
@@ -149,6 +149,7 @@ impl Backend for Memory {
         Pending::ready(written)
     }
 
+    #[cfg(test)]
     fn usage(&self, ns: &str) -> Result<Usage, KvError> {
         Ok(self.find(ns).map(|s| lock(&s).usage).unwrap_or_default())
     }

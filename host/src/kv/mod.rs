@@ -16,11 +16,11 @@
 //! the bytes (keys plus values) it holds (the plugin's `kv_max_bytes`). The memory or disk a
 //! plugin can fill through this store is its quota, not the machine.
 
-pub mod file;
+pub(crate) mod file;
 mod handoff;
-pub mod memory;
-pub mod redis;
-pub mod rules;
+pub(crate) mod memory;
+pub(crate) mod redis;
+pub(crate) mod rules;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,10 +30,10 @@ use crate::limits;
 
 /// Milliseconds since the Unix epoch: expiry uses the wall clock, so a time-to-live survives
 /// a restart.
-pub type Millis = u64;
+pub(crate) type Millis = u64;
 
 /// The wall clock now, in [`Millis`].
-pub fn now() -> Millis {
+pub(crate) fn now() -> Millis {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -41,7 +41,7 @@ pub fn now() -> Millis {
 
 /// Why a key-value call failed. Nothing was changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KvError {
+pub(crate) enum KvError {
     #[error("a key, a value or a batch is over the size limit")]
     TooLarge,
     #[error("the namespace is full")]
@@ -74,7 +74,7 @@ pub struct Bounds {
 
 impl Bounds {
     /// The default bounds with a byte quota of `max_bytes`.
-    pub fn with_quota(max_bytes: usize) -> Bounds {
+    pub(crate) fn with_quota(max_bytes: usize) -> Bounds {
         Bounds {
             max_bytes: max_bytes as u64,
             max_keys: limits::KV_MAX_KEYS as u64,
@@ -89,7 +89,7 @@ impl Bounds {
 
 /// What a namespace holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
+pub(crate) struct Usage {
     pub keys: u64,
     /// Bytes of keys plus values, expired entries included until they are reclaimed.
     pub bytes: u64,
@@ -97,7 +97,7 @@ pub struct Usage {
 
 /// One atomic write.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Write {
+pub(crate) enum Write {
     /// Store every entry (the last of a key given twice wins), expiring at `expires`.
     Set {
         entries: Vec<(String, Vec<u8>)>,
@@ -118,7 +118,7 @@ pub enum Write {
 
 /// What a write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Written {
+pub(crate) enum Written {
     Stored,
     /// How many of the keys held a value.
     Deleted(u32),
@@ -130,7 +130,7 @@ pub enum Written {
 
 /// What the store did, for `/metrics`.
 #[derive(Debug, Default)]
-pub struct Stats {
+pub(crate) struct Stats {
     /// Writes applied (each call, a batch counting once).
     pub writes: AtomicU64,
     /// Transactions committed to disk (file backend): `writes / commits` is the mean group.
@@ -141,7 +141,7 @@ pub struct Stats {
 
 /// Where namespaces live. Every method is atomic; a write that returned `Ok` is as durable as
 /// the backend promises (on disk, for [`file`](mod@file)).
-pub trait Backend: Send + Sync + std::fmt::Debug {
+pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
     /// The live values at `keys`, in order, read at one instant. Reads answer at once from
     /// a local store, and later from a remote one: awaiting them holds no thread.
     fn get_many(&self, ns: &str, keys: &[String], now: Millis) -> Pending<Vec<Option<Vec<u8>>>>;
@@ -159,6 +159,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// Applies `write` to `ns` within `bounds`, atomically. The outcome may come later (once
     /// the write is durable): awaiting it holds no thread.
     fn write(&self, ns: &str, write: Write, bounds: &Bounds, now: Millis) -> Pending<Written>;
+    #[cfg(test)]
     /// What `ns` holds.
     fn usage(&self, ns: &str) -> Result<Usage, KvError>;
     /// Removes up to `max` entries that expired by `now`; returns how many.
@@ -175,7 +176,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
 /// queued), or once the writer thread has committed it (the file backend). Await it from a
 /// plugin call, or [`wait`](Pending::wait) for it from a thread with nothing else to do.
 #[derive(Debug)]
-pub struct Pending<T>(PendingState<T>);
+pub(crate) struct Pending<T>(PendingState<T>);
 
 #[derive(Debug)]
 enum PendingState<T> {
@@ -191,7 +192,7 @@ fn writer_stopped() -> KvError {
 }
 
 impl<T> Pending<T> {
-    pub fn ready(result: Result<T, KvError>) -> Self {
+    pub(crate) fn ready(result: Result<T, KvError>) -> Self {
         Pending(PendingState::Ready(Some(result)))
     }
 
@@ -204,7 +205,7 @@ impl<T> Pending<T> {
     }
 
     /// Blocks this thread until the outcome is known.
-    pub fn wait(self) -> Result<T, KvError>
+    pub(crate) fn wait(self) -> Result<T, KvError>
     where
         T: Send + 'static,
     {
@@ -288,7 +289,7 @@ impl std::fmt::Display for KvBackend {
 
 /// Why a store could not be opened.
 #[derive(Debug, thiserror::Error)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     #[error(transparent)]
     File(#[from] file::OpenError),
     #[error(transparent)]
@@ -306,7 +307,10 @@ impl Store {
     /// Opens the store `backend` names (a file store in `data_dir`). A file store that
     /// cannot be opened (its directory cannot be created, another process holds it, it is
     /// corrupt) is an error, never an empty store.
-    pub fn open(backend: &KvBackend, data_dir: &std::path::Path) -> Result<Store, OpenError> {
+    pub(crate) fn open(
+        backend: &KvBackend,
+        data_dir: &std::path::Path,
+    ) -> Result<Store, OpenError> {
         let backend: Arc<dyn Backend> = match backend {
             KvBackend::Memory => Arc::new(memory::Memory::default()),
             KvBackend::File => Arc::new(file::File::open(data_dir)?),
@@ -329,7 +333,7 @@ impl Store {
     }
 
     /// The namespace of plugin `name`, within `bounds`.
-    pub fn namespace(&self, name: &str, bounds: Bounds) -> Namespace {
+    pub(crate) fn namespace(&self, name: &str, bounds: Bounds) -> Namespace {
         Namespace {
             name: Arc::from(name),
             backend: self.backend.clone(),
@@ -338,18 +342,13 @@ impl Store {
     }
 
     /// What the store did so far.
-    pub fn stats(&self) -> Arc<Stats> {
+    pub(crate) fn stats(&self) -> Arc<Stats> {
         self.backend.stats().clone()
     }
 
     /// Why the store cannot serve now, if it cannot (for `/readyz`).
-    pub fn trouble(&self) -> Option<String> {
+    pub(crate) fn trouble(&self) -> Option<String> {
         self.backend.trouble()
-    }
-
-    /// Reclaims what expired by `now` at once, rather than on the sweeper's next pass.
-    pub fn sweep(&self, now: Millis) -> Result<usize, KvError> {
-        self.backend.sweep(now, usize::MAX)
     }
 }
 
@@ -393,7 +392,7 @@ impl Drop for Sweeper {
 
 /// One plugin's namespace: size and batch checks, then the backend.
 #[derive(Debug, Clone)]
-pub struct Namespace {
+pub(crate) struct Namespace {
     name: Arc<str>,
     backend: Arc<dyn Backend>,
     bounds: Bounds,
@@ -422,11 +421,7 @@ impl Namespace {
         result
     }
 
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub fn bounds(&self) -> &Bounds {
+    pub(crate) fn bounds(&self) -> &Bounds {
         &self.bounds
     }
 
@@ -465,7 +460,7 @@ impl Namespace {
         Ok(())
     }
 
-    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+    pub(crate) async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         self.check_key(key)?;
         let read = self.backend.get_many(&self.name, &[key.to_owned()], now());
         let mut values = self.counted(read.await)?;
@@ -473,7 +468,7 @@ impl Namespace {
     }
 
     /// The values at `keys`; their total size is bounded like a batch write's.
-    pub async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+    pub(crate) async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
         self.check_batch(keys.iter().map(|k| (k.as_str(), 0)))?;
         let values = self.counted(self.backend.get_many(&self.name, keys, now()).await)?;
         let bytes: usize = values.iter().flatten().map(Vec::len).sum();
@@ -483,7 +478,7 @@ impl Namespace {
         Ok(values)
     }
 
-    pub async fn exists(&self, key: &str) -> Result<bool, KvError> {
+    pub(crate) async fn exists(&self, key: &str) -> Result<bool, KvError> {
         self.check_key(key)?;
         self.counted(self.backend.exists(&self.name, key, now()).await)
     }
@@ -498,7 +493,7 @@ impl Namespace {
         self.counted(written)
     }
 
-    pub async fn set(
+    pub(crate) async fn set(
         &self,
         key: String,
         value: Vec<u8>,
@@ -515,7 +510,7 @@ impl Namespace {
         self.write(write, now).await.map(drop)
     }
 
-    pub async fn set_many(
+    pub(crate) async fn set_many(
         &self,
         entries: Vec<(String, Vec<u8>)>,
         ttl_ms: Option<u64>,
@@ -527,11 +522,11 @@ impl Namespace {
         self.write(write, now).await.map(drop)
     }
 
-    pub async fn delete(&self, key: String) -> Result<bool, KvError> {
+    pub(crate) async fn delete(&self, key: String) -> Result<bool, KvError> {
         self.delete_many(vec![key]).await.map(|n| n > 0)
     }
 
-    pub async fn delete_many(&self, keys: Vec<String>) -> Result<u32, KvError> {
+    pub(crate) async fn delete_many(&self, keys: Vec<String>) -> Result<u32, KvError> {
         self.check_batch(keys.iter().map(|k| (k.as_str(), 0)))?;
         match self.write(Write::Delete { keys }, now()).await? {
             Written::Deleted(n) => Ok(n),
@@ -539,7 +534,7 @@ impl Namespace {
         }
     }
 
-    pub async fn compare_and_swap(
+    pub(crate) async fn compare_and_swap(
         &self,
         key: String,
         expected: Option<Vec<u8>>,
@@ -562,7 +557,7 @@ impl Namespace {
         }
     }
 
-    pub async fn increment(&self, key: String, delta: i64) -> Result<i64, KvError> {
+    pub(crate) async fn increment(&self, key: String, delta: i64) -> Result<i64, KvError> {
         self.check_key(&key)?;
         match self.write(Write::Increment { key, delta }, now()).await? {
             Written::Number(n) => Ok(n),
@@ -572,7 +567,7 @@ impl Namespace {
 
     /// One page of keys starting with `prefix`, after `cursor`; the page's last key is the
     /// cursor of the next one when more may follow.
-    pub async fn list_page(
+    pub(crate) async fn list_page(
         &self,
         prefix: &str,
         cursor: Option<&str>,
@@ -604,7 +599,7 @@ impl Namespace {
 
     /// Every key starting with `prefix` (0.1.0's unpaged listing; at most the namespace's
     /// key limit).
-    pub async fn list_all(&self, prefix: &str) -> Result<Vec<String>, KvError> {
+    pub(crate) async fn list_all(&self, prefix: &str) -> Result<Vec<String>, KvError> {
         let mut all = Vec::new();
         let mut cursor = None;
         loop {
@@ -619,7 +614,8 @@ impl Namespace {
         }
     }
 
-    pub fn usage(&self) -> Result<Usage, KvError> {
+    #[cfg(test)]
+    pub(crate) fn usage(&self) -> Result<Usage, KvError> {
         self.backend.usage(&self.name)
     }
 }

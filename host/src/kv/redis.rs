@@ -32,7 +32,9 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
-use super::{Backend, Bounds, KvError, Millis, Pending, Stats, Usage, Write, Written};
+#[cfg(test)]
+use super::Usage;
+use super::{Backend, Bounds, KvError, Millis, Pending, Stats, Write, Written};
 use crate::limits::{KV_REDIS_CONNECTIONS, KV_REDIS_PING_INTERVAL, KV_REDIS_TIMEOUT};
 
 /// Every key ankh keeps starts with this.
@@ -299,7 +301,7 @@ fn expiring() -> String {
 type Trouble = Arc<Mutex<Option<String>>>;
 
 /// Namespaces in a Redis server (see the module's documentation).
-pub struct Redis {
+pub(crate) struct Redis {
     /// Where, for messages (without a password).
     target: String,
     runtime: tokio::runtime::Runtime,
@@ -320,7 +322,7 @@ impl std::fmt::Debug for Redis {
 
 /// Why the Redis store could not be opened.
 #[derive(Debug, thiserror::Error)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     #[error("{url:?} is not a Redis URL: {reason}")]
     Url { url: String, reason: String },
     #[error("cannot reach the key-value store at {target}: {reason}")]
@@ -330,7 +332,7 @@ pub enum OpenError {
 }
 
 /// `redis://[:password@]host:port/db` without the password, for messages and logs.
-pub fn display_url(url: &str) -> String {
+pub(crate) fn display_url(url: &str) -> String {
     match (url.split_once("://"), url.rfind('@')) {
         (Some((scheme, _)), Some(at)) => format!("{scheme}://{}", &url[at + 1..]),
         _ => url.to_owned(),
@@ -338,7 +340,7 @@ pub fn display_url(url: &str) -> String {
 }
 
 /// Whether `url` is one the Redis client takes (`redis://`, `rediss://`).
-pub fn check_url(url: &str) -> Result<(), String> {
+pub(crate) fn check_url(url: &str) -> Result<(), String> {
     if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
         return Err("the scheme must be redis:// or rediss://".into());
     }
@@ -354,7 +356,7 @@ fn unavailable(e: impl std::fmt::Display) -> KvError {
 
 impl Redis {
     /// Connects to `url` (every connection of the pool, once, to prove the server is there).
-    pub fn open(url: &str) -> Result<Redis, OpenError> {
+    pub(crate) fn open(url: &str) -> Result<Redis, OpenError> {
         let target = display_url(url);
         let client = redis::Client::open(url).map_err(|e| OpenError::Url {
             url: target.clone(),
@@ -634,6 +636,7 @@ impl Backend for Redis {
         })
     }
 
+    #[cfg(test)]
     fn usage(&self, ns: &str) -> Result<Usage, KvError> {
         let k = Keys::of(ns);
         self.block(self.run(move |mut c, _| async move {

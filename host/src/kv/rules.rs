@@ -9,25 +9,25 @@ use super::{Bounds, KvError, Millis, Usage, Write, Written};
 
 /// A stored entry: the value, and when it expires.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub value: Vec<u8>,
     pub expires: Option<Millis>,
 }
 
 impl Entry {
     /// Whether the entry is still visible at `now`.
-    pub fn live(&self, now: Millis) -> bool {
+    pub(crate) fn live(&self, now: Millis) -> bool {
         self.expires.is_none_or(|at| at > now)
     }
 
     /// What it counts against the quota, with its key.
-    pub fn size(&self, key: &str) -> u64 {
+    pub(crate) fn size(&self, key: &str) -> u64 {
         (key.len() + self.value.len()) as u64
     }
 
     /// The stored form: 8 bytes of expiry (big-endian milliseconds, 0 for never), then the
     /// value.
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(8 + self.value.len());
         out.extend_from_slice(&self.expires.unwrap_or(0).to_be_bytes());
         out.extend_from_slice(&self.value);
@@ -35,7 +35,7 @@ impl Entry {
     }
 
     /// Reads [`Entry::encode`]'s form; `None` when it is too short to be one.
-    pub fn decode(bytes: &[u8]) -> Option<Entry> {
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Entry> {
         let (head, value) = bytes.split_first_chunk::<8>()?;
         let at = u64::from_be_bytes(*head);
         Some(Entry {
@@ -45,7 +45,7 @@ impl Entry {
     }
 
     /// The expiry stored in an encoded entry, without copying its value.
-    pub fn decode_expiry(bytes: &[u8]) -> Option<Option<Millis>> {
+    pub(crate) fn decode_expiry(bytes: &[u8]) -> Option<Option<Millis>> {
         let (head, _) = bytes.split_first_chunk::<8>()?;
         let at = u64::from_be_bytes(*head);
         Some((at != 0).then_some(at))
@@ -53,7 +53,7 @@ impl Entry {
 }
 
 /// One namespace inside a backend's transaction.
-pub trait Txn {
+pub(crate) trait Txn {
     /// The entry at `key`, expired or not.
     fn get(&mut self, key: &str) -> Result<Option<Entry>, KvError>;
     /// Stores `entry` at `key`, replacing `old` (the backend keeps its expiry index).
@@ -70,7 +70,7 @@ struct Change {
 
 /// Applies `write` through `txn`, keeping `usage` (the namespace's, before the write) up to
 /// date, within `bounds`. On an error nothing was written and `usage` is unchanged.
-pub fn apply(
+pub(crate) fn apply(
     txn: &mut impl Txn,
     usage: &mut Usage,
     write: Write,

@@ -30,13 +30,13 @@ pub enum Liveness {
 }
 
 /// One client connection, on either side of its upgrade.
-pub enum Conn<S> {
+pub(crate) enum Conn<S> {
     Http(Box<HttpConn<S>>),
     WebSocket(Box<WsConnection<S>>),
 }
 
 impl<S: Transport> Conn<S> {
-    pub fn id(&self) -> ConnId {
+    pub(crate) fn id(&self) -> ConnId {
         match self {
             Conn::Http(c) => c.id,
             Conn::WebSocket(c) => c.id,
@@ -44,14 +44,14 @@ impl<S: Transport> Conn<S> {
     }
 
     /// Moves the connection to another slot of the loop's table.
-    pub fn set_id(&mut self, id: ConnId) {
+    pub(crate) fn set_id(&mut self, id: ConnId) {
         match self {
             Conn::Http(c) => c.id = id,
             Conn::WebSocket(c) => c.id = id,
         }
     }
 
-    pub fn stream_mut(&mut self) -> &mut S {
+    pub(crate) fn stream_mut(&mut self) -> &mut S {
         match self {
             Conn::Http(c) => &mut c.stream,
             Conn::WebSocket(c) => &mut c.stream,
@@ -59,7 +59,7 @@ impl<S: Transport> Conn<S> {
     }
 
     /// Bytes read and written since last asked (for `/metrics`).
-    pub fn take_bytes(&mut self) -> (u64, u64) {
+    pub(crate) fn take_bytes(&mut self) -> (u64, u64) {
         match self {
             Conn::Http(c) => (c.take_bytes_in(), std::mem::take(&mut c.bytes_out)),
             Conn::WebSocket(c) => (c.take_bytes_in(), std::mem::take(&mut c.bytes_out)),
@@ -67,14 +67,14 @@ impl<S: Transport> Conn<S> {
     }
 
     /// The connection is going away: a call working on its request is cancelled.
-    pub fn abandon(&mut self) {
+    pub(crate) fn abandon(&mut self) {
         if let Conn::Http(c) = self {
             c.abandon();
         }
     }
 
     /// The WebSocket id, once upgraded.
-    pub fn ws_id(&self) -> Option<crate::message::WsId> {
+    pub(crate) fn ws_id(&self) -> Option<crate::message::WsId> {
         match self {
             Conn::Http(_) => None,
             Conn::WebSocket(c) => Some(c.ws_id()),

@@ -35,7 +35,7 @@ use crate::pool::reply::{Replies, ReplyRx};
 mod accept;
 mod stop;
 
-pub use accept::{Accepted, Lanes};
+pub(crate) use accept::{Accepted, Lanes};
 pub(super) use stop::RUN;
 use stop::{DRAIN, STOP};
 pub use stop::{Ended, StopHandle};
@@ -59,7 +59,7 @@ const EVENTS_PER_POLL: usize = 1024;
 const EVENTS_PER_CALL_ROUND: usize = 64;
 
 /// One socket loop. Built by [`super::shards::build`], run by [`super::shards::run`].
-pub struct EventLoop {
+pub(crate) struct EventLoop {
     /// Which loop this is: connection ids carry it, so replies find their way back.
     pub(super) shard: usize,
     pub(super) poll: Poll,
@@ -105,7 +105,7 @@ pub struct EventLoop {
 
 /// What the loop shares with the rest of the server.
 #[derive(Debug)]
-pub struct Shared {
+pub(crate) struct Shared {
     pub limits: Limits,
     pub hub: Arc<Hub>,
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -132,7 +132,7 @@ pub(super) struct Common {
 impl EventLoop {
     /// The poll and its waker come first, because workers need the waker before the loop
     /// exists (their replies wake it).
-    pub fn poll_and_waker() -> io::Result<(Poll, Arc<Waker>)> {
+    pub(crate) fn poll_and_waker() -> io::Result<(Poll, Arc<Waker>)> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         Ok((poll, waker))
@@ -182,7 +182,7 @@ impl EventLoop {
     /// Serves until stopped, or until a drain completes. The loop runs calls itself when it
     /// can (see [`crate::pool::inline`]), within wasmtime-wasi's tokio runtime as the workers
     /// do (WASI's sockets and files need a reactor to register with).
-    pub fn run(self) -> io::Result<Ended> {
+    pub(crate) fn run(self) -> io::Result<Ended> {
         self.dispatcher.run_calls_here(self.shard, self.lanes.len());
         wasmtime_wasi::runtime::with_ambient_tokio_runtime(move || self.serve())
     }
@@ -286,11 +286,6 @@ impl EventLoop {
         if !self.replies.is_empty() {
             self.deliver_replies();
         }
-    }
-
-    /// Open connections.
-    pub fn connections(&self) -> usize {
-        self.conns.len()
     }
 
     fn sweep(&mut self, now: Instant) {

@@ -99,7 +99,7 @@ enum State {
 
 /// The parts of a connection that go on after an upgrade.
 #[derive(Debug)]
-pub struct Upgraded<S> {
+pub(crate) struct Upgraded<S> {
     pub id: ConnId,
     pub stream: S,
     pub peer: SocketAddr,
@@ -157,13 +157,13 @@ impl<S: Transport> HttpConn<S> {
     }
 
     /// Bytes read since last asked (for `/metrics`).
-    pub fn take_bytes_in(&mut self) -> u64 {
+    pub(crate) fn take_bytes_in(&mut self) -> u64 {
         std::mem::take(&mut self.input.bytes_in)
     }
 
     /// The connection is going away: a call still working on its request is cancelled, since
     /// nobody will read the answer.
-    pub fn abandon(&mut self) {
+    pub(crate) fn abandon(&mut self) {
         if let Some(cancel) = self.in_flight.take() {
             cancel.cancel();
         }
@@ -185,7 +185,13 @@ impl<S: Transport> HttpConn<S> {
     }
 
     /// A worker answered request `seq` of this connection.
-    pub fn on_reply(&mut self, seq: u64, bytes: Vec<u8>, close: bool, ctx: &HttpCtx<'_>) -> Step {
+    pub(crate) fn on_reply(
+        &mut self,
+        seq: u64,
+        bytes: Vec<u8>,
+        close: bool,
+        ctx: &HttpCtx<'_>,
+    ) -> Step {
         if !matches!(self.state, State::Waiting) || seq != self.seq {
             tracing::debug!(conn = ?self.id, seq, "stale reply dropped");
             return self.stay();
@@ -215,7 +221,7 @@ impl<S: Transport> HttpConn<S> {
 
     /// Request `seq` was accepted as a WebSocket: the connection's parts go on, with the
     /// `101` queued first. Given back unchanged if `seq` is not the request in flight.
-    pub fn upgrade(
+    pub(crate) fn upgrade(
         mut self: Box<Self>,
         seq: u64,
         switching: &[u8],
@@ -235,7 +241,7 @@ impl<S: Transport> HttpConn<S> {
     }
 
     /// The request in flight was never started (the drain deadline passed): answer 503.
-    pub fn on_unstarted(&mut self, seq: u64, ctx: &HttpCtx<'_>) -> Step {
+    pub(crate) fn on_unstarted(&mut self, seq: u64, ctx: &HttpCtx<'_>) -> Step {
         if !matches!(self.state, State::Waiting) || seq != self.seq {
             return self.stay();
         }
@@ -251,7 +257,7 @@ impl<S: Transport> HttpConn<S> {
 
     /// The server started draining: an idle connection closes now, a busy one after its
     /// current exchange.
-    pub fn on_drain(&mut self, ctx: &HttpCtx<'_>) -> Step {
+    pub(crate) fn on_drain(&mut self, ctx: &HttpCtx<'_>) -> Step {
         if matches!(self.state, State::Head) && self.input.buf.is_empty() && !self.out.pending() {
             return Step {
                 liveness: Liveness::Closed,

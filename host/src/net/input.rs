@@ -16,7 +16,7 @@ const IDLE_CAPACITY_BYTES: usize = 16 * 1024;
 
 /// The read side of a connection.
 #[derive(Debug)]
-pub struct Input {
+pub(crate) struct Input {
     /// Bytes read and not yet used.
     pub buf: Vec<u8>,
     /// The peer closed its end, or a read failed: nothing more will come.
@@ -44,7 +44,7 @@ impl Default for Input {
 
 impl Input {
     /// A readiness event arrived.
-    pub fn ready(&mut self, read_closed: bool) {
+    pub(crate) fn ready(&mut self, read_closed: bool) {
         self.readable = true;
         self.read_closed |= read_closed;
     }
@@ -58,7 +58,7 @@ impl Input {
     /// next arrival, so the connection is marked unreadable without a second `read` that would
     /// only say `WouldBlock` (tokio does the same). Once the peer has closed its end, reads go
     /// on until end of stream, since no further event will come.
-    pub fn read(&mut self, src: &mut impl Read) -> std::io::Result<Step> {
+    pub(crate) fn read(&mut self, src: &mut impl Read) -> std::io::Result<Step> {
         if !self.readable {
             return Ok(Step::WouldBlock);
         }
@@ -83,7 +83,7 @@ impl Input {
     }
 
     /// Frees a large buffer once it is empty.
-    pub fn shrink(&mut self) {
+    pub(crate) fn shrink(&mut self) {
         if self.buf.is_empty() && self.buf.capacity() > IDLE_CAPACITY_BYTES {
             self.buf = Vec::new();
         }

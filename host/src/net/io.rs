@@ -4,7 +4,7 @@ use std::io::{self, Read, Write};
 
 /// What a non-blocking read or write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// This many bytes moved.
     Moved(usize),
     /// The socket has nothing more for now; wait for the next readiness event.
@@ -14,7 +14,7 @@ pub enum Step {
 }
 
 /// One `read`, retried on `Interrupted`, with `WouldBlock` and EOF as values.
-pub fn read_some(src: &mut impl Read, buf: &mut [u8]) -> io::Result<Step> {
+pub(crate) fn read_some(src: &mut impl Read, buf: &mut [u8]) -> io::Result<Step> {
     loop {
         match src.read(buf) {
             Ok(0) => return Ok(Step::Eof),
@@ -27,7 +27,7 @@ pub fn read_some(src: &mut impl Read, buf: &mut [u8]) -> io::Result<Step> {
 }
 
 /// One `write`, retried on `Interrupted`, with `WouldBlock` as a value.
-pub fn write_some(dst: &mut impl Write, buf: &[u8]) -> io::Result<Step> {
+pub(crate) fn write_some(dst: &mut impl Write, buf: &[u8]) -> io::Result<Step> {
     loop {
         match dst.write(buf) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

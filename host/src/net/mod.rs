@@ -20,18 +20,18 @@ pub mod conn;
 mod deliver;
 pub mod event_loop;
 pub mod http;
-pub mod input;
-pub mod io;
-pub mod outbuf;
-pub mod shards;
+pub(crate) mod input;
+pub(crate) mod io;
+pub(crate) mod outbuf;
+pub(crate) mod shards;
 pub mod ws;
-pub mod ws_conn;
+pub(crate) mod ws_conn;
 
 use crate::message::{ConnId, WsEvent};
 
 /// What the event loops hand complete requests and WebSocket events to: the server's
 /// dispatcher, which finds their plugins and queues their calls.
-pub trait Handler: http::Router + ws_conn::Events + Send {
+pub(crate) trait Handler: http::Router + ws_conn::Events + Send {
     /// Hands on a complete request of connection `conn`, or says what to answer instead.
     fn dispatch(&mut self, conn: ConnId, request: http::Dispatch) -> Result<(), Immediate>;
     /// The server is draining: takes back every request no call has started (their
@@ -55,7 +55,7 @@ pub struct Immediate {
 
 /// Why an event was not handed to its plugin.
 #[derive(Debug)]
-pub enum Undelivered {
+pub(crate) enum Undelivered {
     /// No room to queue it; here is the event back, try again later.
     Busy(WsEvent),
     /// The plugin is no longer mounted; the event was dropped.

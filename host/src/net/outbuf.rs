@@ -12,7 +12,7 @@ const IDLE_CAPACITY_BYTES: usize = 16 * 1024;
 
 /// Output of one connection.
 #[derive(Debug, Default)]
-pub struct OutBuf {
+pub(crate) struct OutBuf {
     buf: Vec<u8>,
     /// Bytes of `buf` already written.
     pos: usize,
@@ -23,7 +23,7 @@ pub struct OutBuf {
 }
 
 impl OutBuf {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         OutBuf {
             buf: Vec::new(),
             pos: 0,
@@ -32,17 +32,17 @@ impl OutBuf {
     }
 
     /// Whether anything is waiting to be written.
-    pub fn pending(&self) -> bool {
+    pub(crate) fn pending(&self) -> bool {
         self.pos < self.buf.len()
     }
 
     /// Unwritten bytes.
-    pub fn backlog(&self) -> usize {
+    pub(crate) fn backlog(&self) -> usize {
         self.buf.len() - self.pos
     }
 
     /// How long pending output has made no progress; `None` when nothing is pending.
-    pub fn stalled(&self, now: Instant) -> Option<Duration> {
+    pub(crate) fn stalled(&self, now: Instant) -> Option<Duration> {
         self.pending().then(|| {
             self.progress
                 .map_or(Duration::ZERO, |p| now.saturating_duration_since(p))
@@ -50,13 +50,13 @@ impl OutBuf {
     }
 
     /// Appends bytes.
-    pub fn push(&mut self, bytes: &[u8]) {
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
         self.append(|buf| buf.extend_from_slice(bytes));
     }
 
     /// Appends a whole response; onto an empty backlog it becomes the backlog itself, so the
     /// I/O thread does not copy it.
-    pub fn push_owned(&mut self, bytes: Vec<u8>) {
+    pub(crate) fn push_owned(&mut self, bytes: Vec<u8>) {
         if self.pending() {
             self.push(&bytes);
         } else {
@@ -67,7 +67,7 @@ impl OutBuf {
     }
 
     /// Lets `write` append to the unwritten bytes (a frame writer, say).
-    pub fn append(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+    pub(crate) fn append(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
         if !self.pending() {
             self.progress = None;
         }
@@ -84,7 +84,7 @@ impl OutBuf {
     }
 
     /// Writes until everything is written or `dst` would block; returns the bytes written.
-    pub fn flush(&mut self, dst: &mut impl Write) -> std::io::Result<usize> {
+    pub(crate) fn flush(&mut self, dst: &mut impl Write) -> std::io::Result<usize> {
         let mut written = 0;
         while self.pending() {
             match write_some(dst, &self.buf[self.pos..])? {

@@ -23,13 +23,13 @@ use super::event_loop::{
 use crate::pool::reply::{Replies, ReplyRx};
 
 /// One loop's poll, before the loops exist: its waker goes to the workers' reply queue first.
-pub struct Seat {
+pub(crate) struct Seat {
     pub poll: Poll,
     pub waker: Arc<Waker>,
 }
 
 /// A poll and a waker for each of `loops` loops.
-pub fn seats(loops: usize) -> io::Result<Vec<Seat>> {
+pub(crate) fn seats(loops: usize) -> io::Result<Vec<Seat>> {
     (0..loops)
         .map(|_| {
             let (poll, waker) = EventLoop::poll_and_waker()?;
@@ -40,7 +40,7 @@ pub fn seats(loops: usize) -> io::Result<Vec<Seat>> {
 
 /// The loops, from their seats and reply queues (`replies[i]` is loop `i`'s, whose senders
 /// make `forward`). Loop 0 gets the listener.
-pub fn build(
+pub(crate) fn build(
     seats: Vec<Seat>,
     replies: Vec<ReplyRx>,
     forward: Replies,
@@ -93,7 +93,7 @@ pub fn build(
 
 /// Runs every loop, loop 0 on the calling thread and each other on its own (`ankh-io-N`),
 /// until all have ended. Should one fail, the others are stopped and its error returned.
-pub fn run(loops: Vec<EventLoop>, stop: &StopHandle) -> io::Result<Ended> {
+pub(crate) fn run(loops: Vec<EventLoop>, stop: &StopHandle) -> io::Result<Ended> {
     let mut loops = loops.into_iter();
     let Some(first) = loops.next() else {
         return Ok(Ended::Stopped);

@@ -108,7 +108,7 @@ impl WsConn {
 
     /// Whether more input is wanted: not after the end, and not while the plugin is behind.
     /// While closing, input is only followed (discarded), so it is always wanted.
-    pub fn wants_input(&self) -> bool {
+    pub(crate) fn wants_input(&self) -> bool {
         match self.phase {
             Phase::Open => self.events.len() < WS_MAX_QUEUED_EVENTS,
             Phase::CloseDue { .. } | Phase::CloseSent { .. } => true,
@@ -127,18 +127,13 @@ impl WsConn {
     }
 
     /// Whether messages from the plugin still go out: until our Close has.
-    pub fn can_send(&self) -> bool {
+    pub(crate) fn can_send(&self) -> bool {
         matches!(self.phase, Phase::Open | Phase::CloseDue { .. })
     }
 
     /// Everything is over: TCP is done and the plugin heard the close.
-    pub fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.finished() && self.close_event == CloseEvent::Delivered && !self.in_flight
-    }
-
-    /// Bytes held for a message in progress, and the client's compression window.
-    pub fn buffered(&self) -> usize {
-        self.reader.buffered() + self.window.as_ref().map_or(0, DeflateWindow::held)
     }
 
     /// Reads buffered input into events, answering control frames into `wbuf` (a Ping gets
@@ -244,7 +239,7 @@ impl WsConn {
     }
 
     /// The peer closed TCP (or reset it).
-    pub fn peer_gone(&mut self) {
+    pub(crate) fn peer_gone(&mut self) {
         if self.close_event == CloseEvent::NotQueued {
             tracing::debug!(
                 ws = self.id,
@@ -324,7 +319,7 @@ impl WsConn {
 
     /// Pings a quiet peer, and gives up on one that stopped answering or never completed the
     /// closing handshake. Returns whether anything changed.
-    pub fn on_timer(&mut self, now: Instant, wbuf: &mut Vec<u8>) -> bool {
+    pub(crate) fn on_timer(&mut self, now: Instant, wbuf: &mut Vec<u8>) -> bool {
         match self.phase {
             Phase::CloseSent { at } if now.saturating_duration_since(at) >= WS_CLOSE_TIMEOUT => {
                 self.queue_close(close_code::ABNORMAL, String::new(), false);
@@ -350,7 +345,7 @@ impl WsConn {
     }
 
     /// An event is queued and none is with a worker: it is waiting for room in the queue.
-    pub fn event_waiting(&self) -> bool {
+    pub(crate) fn event_waiting(&self) -> bool {
         !self.in_flight && !self.events.is_empty()
     }
 
@@ -378,7 +373,7 @@ impl WsConn {
     }
 
     /// An event could not be handed out (the queue was full): it goes back to the front.
-    pub fn undo_next(&mut self, mut event: WsEvent) {
+    pub(crate) fn undo_next(&mut self, mut event: WsEvent) {
         if let WsEvent::Compressed(c) = &mut event
             && let Some(window) = c.window.take()
         {

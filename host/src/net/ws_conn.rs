@@ -20,7 +20,7 @@ use crate::proto::ws_deflate::Codec;
 use crate::proto::ws_extension::Deflate;
 
 /// Hands a WebSocket's events to its plugin (the dispatcher, in the server).
-pub trait Events {
+pub(crate) trait Events {
     /// Queues `event` of WebSocket `ws` (on connection `conn`) for the current version of
     /// plugin `plugin`.
     fn event(
@@ -33,7 +33,7 @@ pub trait Events {
 }
 
 /// What a WebSocket connection needs while it advances.
-pub struct WsCtx<'a> {
+pub(crate) struct WsCtx<'a> {
     pub limits: &'a Limits,
     pub hub: &'a Hub,
     pub events: &'a mut dyn Events,
@@ -42,7 +42,7 @@ pub struct WsCtx<'a> {
 }
 
 /// One upgraded connection.
-pub struct WsConnection<S> {
+pub(crate) struct WsConnection<S> {
     pub id: ConnId,
     pub stream: S,
     peer: SocketAddr,
@@ -57,7 +57,7 @@ impl<S: Transport> WsConnection<S> {
     /// Takes over an upgraded HTTP connection as WebSocket `ws` of `plugin`, whose open event
     /// is already running on a worker, with the permessage-deflate terms its handshake agreed.
     /// While draining, it starts closing at once (1001).
-    pub fn new(
+    pub(crate) fn new(
         parts: Upgraded<S>,
         ws: WsId,
         plugin: std::sync::Arc<str>,
@@ -82,24 +82,24 @@ impl<S: Transport> WsConnection<S> {
     }
 
     /// The WebSocket's id.
-    pub fn ws_id(&self) -> WsId {
+    pub(crate) fn ws_id(&self) -> WsId {
         self.ws.id
     }
 
     /// Bytes read since last asked (for `/metrics`).
-    pub fn take_bytes_in(&mut self) -> u64 {
+    pub(crate) fn take_bytes_in(&mut self) -> u64 {
         std::mem::take(&mut self.input.bytes_in)
     }
 
     /// The socket is readable, writable, or both.
-    pub fn on_ready(&mut self, read_closed: bool, ctx: &mut WsCtx<'_>) -> Liveness {
+    pub(crate) fn on_ready(&mut self, read_closed: bool, ctx: &mut WsCtx<'_>) -> Liveness {
         self.input.ready(read_closed);
         self.advance(ctx)
     }
 
     /// The event handed out for this WebSocket finished; for a compressed message, with what
     /// inflating it came to.
-    pub fn on_event_done(
+    pub(crate) fn on_event_done(
         &mut self,
         inflated: Option<crate::pool::reply::Inflated>,
         ctx: &mut WsCtx<'_>,
@@ -118,7 +118,7 @@ impl<S: Transport> WsConnection<S> {
 
     /// A plugin sends a message. A client whose backlog is over the limit is not reading: it
     /// is closed with 1008 (and not waited for).
-    pub fn on_send(&mut self, message: &Outbound, ctx: &mut WsCtx<'_>) -> Liveness {
+    pub(crate) fn on_send(&mut self, message: &Outbound, ctx: &mut WsCtx<'_>) -> Liveness {
         if self.ws.finished() {
             // Closing already: messages still in flight to it are dropped, quietly.
             return Liveness::Open;
@@ -137,7 +137,7 @@ impl<S: Transport> WsConnection<S> {
     }
 
     /// A plugin (or the drain) closes this WebSocket.
-    pub fn on_close(&mut self, code: u16, reason: &str, ctx: &mut WsCtx<'_>) -> Liveness {
+    pub(crate) fn on_close(&mut self, code: u16, reason: &str, ctx: &mut WsCtx<'_>) -> Liveness {
         self.close(code, reason);
         self.advance(ctx)
     }
@@ -150,7 +150,7 @@ impl<S: Transport> WsConnection<S> {
 
     /// Pings, the pong and close timeouts, the send timeout, and an event that waits for room
     /// in the queue.
-    pub fn on_timer(&mut self, now: Instant, ctx: &mut WsCtx<'_>) -> Liveness {
+    pub(crate) fn on_timer(&mut self, now: Instant, ctx: &mut WsCtx<'_>) -> Liveness {
         if self
             .out
             .stalled(now)

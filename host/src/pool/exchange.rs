@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-pub use crate::access::Access;
+pub(crate) use crate::access::Access;
 use crate::proto::response::{self, RequestMeta};
 use crate::proto::{Field, Version};
 use crate::runtime::host::http::{AlreadyResponded, Respond};
@@ -73,20 +73,25 @@ impl<R: Responder> Exchange<R> {
     }
 
     /// Whether a final response was sent.
-    pub fn responded(&self) -> bool {
+    pub(crate) fn responded(&self) -> bool {
         self.responded
     }
 
     /// Marks the request answered by a switch to WebSocket, sent by the caller, and writes
     /// its access line.
-    pub fn upgraded(&mut self) {
+    pub(crate) fn upgraded(&mut self) {
         self.responded = true;
         self.access.log(101, 0, &self.plugin, Some(self.request_id));
     }
 
     /// Sends a response written by the host (an error, or a WebSocket refusal with its
     /// `extra` headers), unless one was sent already.
-    pub fn respond_error_with(&mut self, status: u16, extra: &[(&str, &str)], message: &str) {
+    pub(crate) fn respond_error_with(
+        &mut self,
+        status: u16,
+        extra: &[(&str, &str)],
+        message: &str,
+    ) {
         if self.responded {
             return;
         }
@@ -96,7 +101,7 @@ impl<R: Responder> Exchange<R> {
     }
 
     /// Sends a response written by the host (an error), unless one was sent already.
-    pub fn respond_error(&mut self, status: u16, message: &str) {
+    pub(crate) fn respond_error(&mut self, status: u16, message: &str) {
         self.respond_error_with(status, &[], message);
     }
 
@@ -111,7 +116,7 @@ impl<R: Responder> Exchange<R> {
 
     /// Sends a plugin's response. An invalid one (bad status or header) is replaced by a 500 and
     /// logged.
-    pub fn respond<F: Field>(
+    pub(crate) fn respond<F: Field>(
         &mut self,
         status: u16,
         headers: &[F],
@@ -150,7 +155,7 @@ impl<R: Responder> Exchange<R> {
 
     /// Ends a request nobody is waiting for (its client disconnected): logged with `status`,
     /// nothing sent.
-    pub fn abandon(&mut self, status: u16) {
+    pub(crate) fn abandon(&mut self, status: u16) {
         if !self.responded {
             self.responded = true;
             self.access
@@ -159,7 +164,7 @@ impl<R: Responder> Exchange<R> {
     }
 
     /// The body of an error page: names the plugin and the request id, nothing internal.
-    pub fn error_message(&self, what: &str) -> String {
+    pub(crate) fn error_message(&self, what: &str) -> String {
         format!(
             "plugin `{}` {what} (request {:016x})",
             self.plugin, self.request_id

@@ -143,7 +143,7 @@ pub(super) fn try_start(job: Box<Job>) -> Result<(), Box<Job>> {
 }
 
 /// A new round of the loop (it just polled): its guest budget is whole again.
-pub fn new_round() {
+pub(crate) fn new_round() {
     INLINE.with(|cell| {
         if let Ok(mut inline) = cell.try_borrow_mut()
             && let Some(inline) = inline.as_mut()
@@ -154,7 +154,7 @@ pub fn new_round() {
 }
 
 /// Fires this loop's due deadlines and resumes its calls that were woken.
-pub fn run_ready() {
+pub(crate) fn run_ready() {
     Local::fire(Instant::now());
     INLINE.with(|cell| {
         let Ok(mut inline) = cell.try_borrow_mut() else {
@@ -175,7 +175,7 @@ pub fn run_ready() {
 }
 
 /// Whether calls of this loop wait to be resumed (the loop must not sleep).
-pub fn any_ready() -> bool {
+pub(crate) fn any_ready() -> bool {
     INLINE.with(|cell| {
         cell.try_borrow()
             .ok()
@@ -184,7 +184,7 @@ pub fn any_ready() -> bool {
 }
 
 /// The earliest deadline of this loop's calls.
-pub fn next_deadline() -> Option<Instant> {
+pub(crate) fn next_deadline() -> Option<Instant> {
     Local::next()
 }
 

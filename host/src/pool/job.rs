@@ -10,7 +10,7 @@ use crate::runtime::engine::plugin::Plugin;
 /// Work for a worker: a request, or an event of a WebSocket connection, or a call an event
 /// loop started and hands on because its guest computes (see [`super::inline`]).
 #[derive(Debug)]
-pub enum Job {
+pub(crate) enum Job {
     Request(RequestJob),
     Event(EventJob),
     Resume(super::tasks::Running),
@@ -18,7 +18,7 @@ pub enum Job {
 
 /// One request for a worker.
 #[derive(Debug)]
-pub struct RequestJob {
+pub(crate) struct RequestJob {
     pub conn: ConnId,
     /// The request's position on its connection; replies for other positions are stale.
     pub seq: u64,
@@ -36,7 +36,7 @@ pub struct RequestJob {
 /// One event of a WebSocket connection. The I/O thread hands a connection's events out one
 /// at a time, so they reach the plugin in order and never concurrently.
 #[derive(Debug)]
-pub struct EventJob {
+pub(crate) struct EventJob {
     pub conn: ConnId,
     pub ws: WsId,
     /// The plugin's current version: after a reload, events go to the new one.

@@ -13,8 +13,8 @@
 
 mod call;
 pub mod exchange;
-pub mod inline;
-pub mod job;
+pub(crate) mod inline;
+pub(crate) mod job;
 pub mod reply;
 mod tasks;
 mod worker;
@@ -29,13 +29,13 @@ use reply::Replies;
 
 /// The queue is full.
 #[derive(Debug)]
-pub struct Busy(pub Box<Job>);
+pub(crate) struct Busy(pub Box<Job>);
 
 /// The queue that feeds the worker threads. Cloned into every event loop: one pool serves
 /// them all, so its depth is one global bound. The threads run for the life of the process
 /// (a draining server exits without waiting for a handler that blocks).
 #[derive(Debug, Clone)]
-pub struct WorkerPool {
+pub(crate) struct WorkerPool {
     tx: Sender<Box<Job>>,
     /// Kept to take back jobs no worker has started, when the server drains.
     rx: Receiver<Box<Job>>,
@@ -55,7 +55,7 @@ impl WorkerPool {
     /// WebSockets through `link`.
     /// Calls in flight across the workers are bounded by `max_calls` (counted in
     /// `metrics.calls_in_flight`).
-    pub fn new(
+    pub(crate) fn new(
         workers: usize,
         queue_depth: usize,
         max_calls: usize,
@@ -83,7 +83,7 @@ impl WorkerPool {
     }
 
     /// Makes this thread, event loop `shard`, run calls itself (see [`inline`]).
-    pub fn run_calls_here(&self, shard: usize, loops: usize) {
+    pub(crate) fn run_calls_here(&self, shard: usize, loops: usize) {
         reply::set_this_loop(shard);
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let budget = (loops < cores).then_some(crate::limits::LOOP_GUEST_BUDGET);
@@ -92,7 +92,7 @@ impl WorkerPool {
 
     /// Starts a job on this thread if it is an event loop that runs calls and a call permit
     /// is free; queues it otherwise, or gives it back if the queue is full.
-    pub fn submit(&self, job: Box<Job>) -> Result<(), Busy> {
+    pub(crate) fn submit(&self, job: Box<Job>) -> Result<(), Busy> {
         match inline::try_start(job) {
             Ok(()) => Ok(()),
             Err(job) => self.submit_queued(job),
@@ -100,7 +100,7 @@ impl WorkerPool {
     }
 
     /// Queues a job, or gives it back if the queue is full.
-    pub fn submit_queued(&self, job: Box<Job>) -> Result<(), Busy> {
+    pub(crate) fn submit_queued(&self, job: Box<Job>) -> Result<(), Busy> {
         match self.tx.try_send(job) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => Err(Busy(job)),
@@ -108,18 +108,19 @@ impl WorkerPool {
     }
 
     /// Jobs waiting for a worker.
-    pub fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         self.rx.len()
     }
 
     /// A probe that reads the queue depth from any thread.
-    pub fn depth_probe(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+    pub(crate) fn depth_probe(&self) -> impl Fn() -> usize + Send + Sync + 'static {
         let rx = self.rx.clone();
         move || rx.len()
     }
 
     /// Takes every job no worker has started yet.
-    pub fn take_queued(&self) -> Vec<Box<Job>> {
+    #[allow(clippy::vec_box)] // as the queue holds them: the events among them go back in
+    pub(crate) fn take_queued(&self) -> Vec<Box<Job>> {
         self.rx.try_iter().collect()
     }
 }

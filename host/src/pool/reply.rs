@@ -63,7 +63,7 @@ thread_local! {
 /// Says that this thread runs event loop `shard`: replies it sends to itself (from calls it
 /// runs, see [`super::inline`]) are queued without waking it, since it delivers its replies
 /// before it next waits.
-pub fn set_this_loop(shard: usize) {
+pub(crate) fn set_this_loop(shard: usize) {
     THIS_LOOP.with(|l| l.set(shard));
 }
 
@@ -131,18 +131,18 @@ impl ReplyRx {
     /// How many replies are queued now, to be taken with [`ReplyRx::take`]. Clears the
     /// pending flag first, so a reply sent meanwhile triggers a new wake-up rather than being
     /// missed.
-    pub fn begin_taking(&self) -> usize {
+    pub(crate) fn begin_taking(&self) -> usize {
         self.pending.store(false, Ordering::Release);
         self.rx.len()
     }
 
     /// The oldest queued reply.
-    pub fn take(&self) -> Option<Reply> {
+    pub(crate) fn take(&self) -> Option<Reply> {
         self.rx.try_recv().ok()
     }
 
     /// Whether replies wait to be taken.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.rx.is_empty()
     }
 }
@@ -169,15 +169,10 @@ impl Replies {
     }
 
     /// The queue of event loop `shard` (connection ids name theirs).
-    pub fn to(&self, shard: usize) -> &ReplyTx {
+    pub(crate) fn to(&self, shard: usize) -> &ReplyTx {
         // An id always names a loop that exists; should one not, the first loop drops the
         // reply as it does any reply for a connection it does not have.
         self.loops.get(shard).unwrap_or(&self.loops[0])
-    }
-
-    /// How many loops there are.
-    pub fn loops(&self) -> usize {
-        self.loops.len()
     }
 }
 

@@ -27,7 +27,7 @@ use crate::ws_router::WsRouter;
 /// A call in flight, wherever it is polled: its future (the guest on a fiber, suspended or
 /// not), and how to answer for it should the host panic while running it. It holds one of
 /// the pool's call permits (see [`CallSlots`]) until it is over.
-pub struct Running {
+pub(crate) struct Running {
     future: Pin<Box<dyn Future<Output = ()> + Send>>,
     fallback: Fallback,
 }

@@ -8,7 +8,7 @@ thread_local! {
 }
 
 /// Appends the current time as an IMF-fixdate (RFC 9110 §5.6.7) to `out`.
-pub fn append_now(out: &mut Vec<u8>) {
+pub(crate) fn append_now(out: &mut Vec<u8>) {
     let now = SystemTime::now();
     let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     CACHE.with(|cache| {

@@ -15,7 +15,7 @@ pub enum Coding {
 
 impl Coding {
     /// The token for `Content-Encoding`.
-    pub fn token(self) -> &'static str {
+    pub(crate) fn token(self) -> &'static str {
         match self {
             Coding::Gzip => "gzip",
             Coding::Deflate => "deflate",
@@ -26,7 +26,7 @@ impl Coding {
 /// The coding to use for a client that sent `accept` as `Accept-Encoding`: gzip when its
 /// q-value is positive and not lower than deflate's, else deflate when positive, else none.
 /// `*` stands for any coding not listed by name.
-pub fn negotiate(accept: Option<&[u8]>) -> Option<Coding> {
+pub(crate) fn negotiate(accept: Option<&[u8]>) -> Option<Coding> {
     let accept = accept?;
     let (mut gzip, mut deflate, mut star) = (None, None, None);
     for item in accept.split(|&b| b == b',') {
@@ -68,7 +68,7 @@ fn parse_q(v: &[u8]) -> u16 {
 
 /// True when a body of this type and size is worth compressing: big enough, and not a format
 /// that is compressed already.
-pub fn compressible(content_type: Option<&[u8]>, len: usize) -> bool {
+pub(crate) fn compressible(content_type: Option<&[u8]>, len: usize) -> bool {
     if len <= GZIP_MIN_BYTES {
         return false;
     }

@@ -23,43 +23,41 @@
 use crate::message::WsMessage;
 
 /// Opcodes (RFC 6455 §5.2).
-pub mod opcode {
-    pub const CONTINUATION: u8 = 0x0;
-    pub const TEXT: u8 = 0x1;
-    pub const BINARY: u8 = 0x2;
-    pub const CLOSE: u8 = 0x8;
-    pub const PING: u8 = 0x9;
-    pub const PONG: u8 = 0xA;
+pub(crate) mod opcode {
+    pub(crate) const CONTINUATION: u8 = 0x0;
+    pub(crate) const TEXT: u8 = 0x1;
+    pub(crate) const BINARY: u8 = 0x2;
+    pub(crate) const CLOSE: u8 = 0x8;
+    pub(crate) const PING: u8 = 0x9;
+    pub(crate) const PONG: u8 = 0xA;
 }
 
 /// Close codes the server sends (RFC 6455 §7.4.1).
-pub mod close_code {
-    /// Normal closure.
-    pub const NORMAL: u16 = 1000;
+pub(crate) mod close_code {
     /// The server is going away (draining).
-    pub const GOING_AWAY: u16 = 1001;
+    pub(crate) const GOING_AWAY: u16 = 1001;
     /// The peer broke the protocol.
-    pub const PROTOCOL_ERROR: u16 = 1002;
+    pub(crate) const PROTOCOL_ERROR: u16 = 1002;
     /// No status code was present (only ever reported, never sent).
-    pub const NO_STATUS: u16 = 1005;
+    pub(crate) const NO_STATUS: u16 = 1005;
     /// The connection dropped without a Close (only ever reported, never sent).
-    pub const ABNORMAL: u16 = 1006;
+    pub(crate) const ABNORMAL: u16 = 1006;
     /// A text message (or close reason) was not UTF-8.
-    pub const INVALID_DATA: u16 = 1007;
+    pub(crate) const INVALID_DATA: u16 = 1007;
     /// A policy was violated (the peer does not read what it is sent).
-    pub const POLICY: u16 = 1008;
+    pub(crate) const POLICY: u16 = 1008;
     /// A message was over the size limit.
-    pub const TOO_BIG: u16 = 1009;
+    pub(crate) const TOO_BIG: u16 = 1009;
     /// The plugin failed while handling an event.
-    pub const INTERNAL_ERROR: u16 = 1011;
+    pub(crate) const INTERNAL_ERROR: u16 = 1011;
 }
 
 /// Control frames carry at most this many payload bytes (RFC 6455 §5.5).
-pub const MAX_CONTROL_PAYLOAD: usize = 125;
+pub(crate) const MAX_CONTROL_PAYLOAD: usize = 125;
 
 /// What a peer sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
+pub(crate) enum Event {
     /// A complete data message, fragments joined.
     Message(WsMessage),
     Ping(Vec<u8>),
@@ -85,7 +83,7 @@ pub enum Violation {
 }
 
 impl Violation {
-    pub fn close_code(self) -> u16 {
+    pub(crate) fn close_code(self) -> u16 {
         match self {
             Violation::Protocol(_) => close_code::PROTOCOL_ERROR,
             Violation::TooBig => close_code::TOO_BIG,
@@ -94,7 +92,7 @@ impl Violation {
     }
 
     /// The reason sent in the Close frame.
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             Violation::Protocol(_) => "protocol error",
             Violation::TooBig => "message too big",
@@ -148,7 +146,7 @@ struct Assembly {
 
 /// The reading side of one server connection.
 #[derive(Debug)]
-pub struct FrameReader {
+pub(crate) struct FrameReader {
     max_message: usize,
     /// permessage-deflate was agreed: RSV1 may mark a compressed message.
     compression: bool,
@@ -164,7 +162,7 @@ pub struct FrameReader {
 
 /// The result of one [`FrameReader::read`].
 #[derive(Debug, PartialEq, Eq)]
-pub struct Read {
+pub(crate) struct Read {
     /// Input bytes used.
     pub used: usize,
     /// What they came to: an event, nothing yet (more input is needed), or a violation.
@@ -173,7 +171,7 @@ pub struct Read {
 
 impl FrameReader {
     /// A reader that refuses messages over `max_message` bytes.
-    pub fn new(max_message: usize) -> Self {
+    pub(crate) fn new(max_message: usize) -> Self {
         FrameReader {
             max_message,
             compression: false,
@@ -188,31 +186,32 @@ impl FrameReader {
 
     /// A reader for a connection that agreed on permessage-deflate: RSV1 on the first frame
     /// of a data message marks it compressed, and it is reported as [`Event::Deflated`].
-    pub fn with_compression(mut self, on: bool) -> Self {
+    pub(crate) fn with_compression(mut self, on: bool) -> Self {
         self.compression = on;
         self
     }
 
     /// Whether the peer sent a Close (a malformed one included): its side of the closing
     /// handshake is done.
-    pub fn peer_closed(&self) -> bool {
+    pub(crate) fn peer_closed(&self) -> bool {
         self.peer_closed
     }
 
     /// From now on, only follow the framing: data is skipped unbuffered, Pings and Pongs are
     /// dropped, and only a Close is reported.
-    pub fn discard(&mut self) {
+    pub(crate) fn discard(&mut self) {
         self.discard = true;
         self.message = None;
     }
 
     /// Bytes held for a message in progress (for memory accounting).
-    pub fn buffered(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn buffered(&self) -> usize {
         self.message.as_ref().map_or(0, |m| m.bytes.capacity()) + self.control.capacity()
     }
 
     /// Reads from the start of `input` until an event, a violation, or the end of the input.
-    pub fn read(&mut self, input: &[u8]) -> Read {
+    pub(crate) fn read(&mut self, input: &[u8]) -> Read {
         if self.broken {
             return Read {
                 used: input.len(),
@@ -468,7 +467,7 @@ const RSV1: u8 = 0x40;
 /// The most a compressed message may take on the wire before it is inflated: the message
 /// limit plus what deflate adds to data that does not compress (5 bytes per 64 KiB stored
 /// block) and a margin. Its inflated size is held to the limit itself.
-pub fn compressed_cap(max_message: usize) -> usize {
+pub(crate) fn compressed_cap(max_message: usize) -> usize {
     max_message.saturating_add(max_message / 64 + 1024)
 }
 
@@ -517,13 +516,13 @@ fn parse_close(payload: &[u8]) -> Result<Option<(u16, String)>, Violation> {
 }
 
 /// Appends one unmasked, final server frame.
-pub fn write_frame(out: &mut Vec<u8>, opcode: u8, payload: &[u8]) {
+pub(crate) fn write_frame(out: &mut Vec<u8>, opcode: u8, payload: &[u8]) {
     write_message(out, opcode, false, payload);
 }
 
 /// Appends one unmasked, final server frame; `compressed` sets RSV1 (a data message whose
 /// payload is deflated, RFC 7692 §6).
-pub fn write_message(out: &mut Vec<u8>, opcode: u8, compressed: bool, payload: &[u8]) {
+pub(crate) fn write_message(out: &mut Vec<u8>, opcode: u8, compressed: bool, payload: &[u8]) {
     out.push(0x80 | if compressed { RSV1 } else { 0 } | opcode);
     match payload.len() {
         n if n < 126 => out.push(n as u8),
@@ -541,7 +540,7 @@ pub fn write_message(out: &mut Vec<u8>, opcode: u8, compressed: bool, payload: &
 
 /// Appends a Close frame with `code` and `reason` (cut to fit a control frame, on a character
 /// boundary).
-pub fn write_close(out: &mut Vec<u8>, code: u16, reason: &str) {
+pub(crate) fn write_close(out: &mut Vec<u8>, code: u16, reason: &str) {
     let mut end = reason.len().min(MAX_CONTROL_PAYLOAD - 2);
     while !reason.is_char_boundary(end) {
         end -= 1;

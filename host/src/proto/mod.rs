@@ -9,17 +9,17 @@
 //! - [`ws_extension`] negotiates permessage-deflate, and [`ws_deflate`] compresses and inflates.
 
 pub mod body;
-pub mod date;
+pub(crate) mod date;
 pub mod encoding;
-pub mod error;
+pub(crate) mod error;
 pub mod frame;
 pub mod request;
 pub mod response;
-pub mod ws;
+pub(crate) mod ws;
 pub mod ws_deflate;
 pub mod ws_extension;
 
-pub use error::ProtoError;
+pub(crate) use error::ProtoError;
 
 /// The result of feeding bytes to an incremental parser.
 #[derive(Debug, PartialEq, Eq)]
@@ -41,14 +41,14 @@ pub enum Version {
 
 /// True when the comma-separated field `value` lists `token` (ASCII case-insensitive, optional
 /// whitespace around the commas ignored), as RFC 9110 §5.6.1 defines list-based fields.
-pub fn has_token(value: &[u8], token: &str) -> bool {
+pub(crate) fn has_token(value: &[u8], token: &str) -> bool {
     value
         .split(|&b| b == b',')
         .any(|item| item.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
 }
 
 /// A header field as it crosses the host: name as sent, raw value bytes.
-pub type Header = (String, Vec<u8>);
+pub(crate) type Header = (String, Vec<u8>);
 
 /// A header field, owned ([`Header`]) or read in place from a buffer (`(&[u8], &[u8])`, as
 /// a plugin's packed answer holds them): what the response encoder takes. The name is bytes:
@@ -79,7 +79,7 @@ impl Field for (&[u8], &[u8]) {
 }
 
 /// The value of the first header called `name` (ASCII case-insensitive).
-pub fn header<'a, F: Field>(headers: &'a [F], name: &str) -> Option<&'a [u8]> {
+pub(crate) fn header<'a, F: Field>(headers: &'a [F], name: &str) -> Option<&'a [u8]> {
     headers
         .iter()
         .find(|f| f.name().eq_ignore_ascii_case(name.as_bytes()))

@@ -57,7 +57,7 @@ pub struct RequestHead {
 
 impl RequestHead {
     /// True for `HEAD`, whose response carries headers only.
-    pub fn is_head(&self) -> bool {
+    pub(crate) fn is_head(&self) -> bool {
         &*self.method == "HEAD"
     }
 }

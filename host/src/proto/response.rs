@@ -37,7 +37,7 @@ pub enum EncodeError {
 /// Checks header fields a plugin wants sent: each name a token, each value free of control
 /// characters other than horizontal tab (RFC 9110 §5.1, §5.5). The one rule for every
 /// response a plugin writes, the `101` of a WebSocket upgrade included.
-pub fn check_headers<F: Field>(headers: &[F]) -> Result<(), EncodeError> {
+pub(crate) fn check_headers<F: Field>(headers: &[F]) -> Result<(), EncodeError> {
     for field in headers {
         let name = field.name();
         if name.is_empty() || !name.iter().copied().all(is_token_byte) {
@@ -169,7 +169,7 @@ pub fn encode<F: Field>(
 /// Appends a small plain-text response the host writes itself (an error, 404, 503...), or
 /// one without a body when `message` is empty. `extra` headers are trusted. Returns whether
 /// the connection stays open afterwards.
-pub fn encode_simple(
+pub(crate) fn encode_simple(
     status: u16,
     extra: &[(&str, &str)],
     message: &str,
@@ -209,7 +209,7 @@ pub fn encode_simple(
 }
 
 /// The interim response that tells a client to send the body it announced (RFC 9110 §10.1.1).
-pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+pub(crate) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 fn connection_header(version: Version, keep_alive: bool, out: &mut Vec<u8>) {
     match (keep_alive, version) {
@@ -290,7 +290,7 @@ static FIELD_VALUE: [bool; 256] = {
 };
 
 /// The standard reason phrase, or "" for codes without one.
-pub fn reason(status: u16) -> &'static str {
+pub(crate) fn reason(status: u16) -> &'static str {
     match status {
         100 => "Continue",
         101 => "Switching Protocols",

@@ -8,7 +8,7 @@ use super::{Header, Version, has_token, header};
 
 /// Why a request cannot be upgraded, with the status that answers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     pub status: u16,
     pub message: &'static str,
 }
@@ -20,7 +20,7 @@ fn refuse(status: u16, message: &'static str) -> Refusal {
 impl Refusal {
     /// The headers that must go with the answer: a 426 names the protocol and the version
     /// the client must upgrade to (RFC 9110 §15.5.22, RFC 6455 §4.4).
-    pub fn headers(&self) -> &'static [(&'static str, &'static str)] {
+    pub(crate) fn headers(&self) -> &'static [(&'static str, &'static str)] {
         if self.status == 426 {
             &[
                 ("upgrade", "websocket"),
@@ -34,7 +34,11 @@ impl Refusal {
 }
 
 /// Checks a WebSocket upgrade request and returns the `Sec-WebSocket-Accept` value.
-pub fn accept_key(method: &str, version: Version, headers: &[Header]) -> Result<String, Refusal> {
+pub(crate) fn accept_key(
+    method: &str,
+    version: Version,
+    headers: &[Header],
+) -> Result<String, Refusal> {
     if method != "GET" {
         return Err(refuse(400, "a WebSocket upgrade must use GET"));
     }
@@ -79,7 +83,7 @@ pub fn accept_key(method: &str, version: Version, headers: &[Header]) -> Result<
 }
 
 /// The protocols the client offered in `Sec-WebSocket-Protocol`.
-pub fn offered_protocols(headers: &[Header]) -> Vec<String> {
+pub(crate) fn offered_protocols(headers: &[Header]) -> Vec<String> {
     headers
         .iter()
         .filter(|(n, _)| n.eq_ignore_ascii_case("sec-websocket-protocol"))
@@ -92,7 +96,7 @@ pub fn offered_protocols(headers: &[Header]) -> Vec<String> {
 
 /// The `101 Switching Protocols` response, with the subprotocol and the extensions agreed.
 /// `extra` headers come from the plugin and must already be validated.
-pub fn switching_protocols(
+pub(crate) fn switching_protocols(
     accept: &str,
     protocol: Option<&str>,
     extensions: Option<&str>,

@@ -33,7 +33,7 @@ const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 
 /// Messages shorter than this go out uncompressed: the frame would hardly shrink, and
 /// compressing costs more than sending the bytes.
-pub const MIN_COMPRESS_BYTES: usize = 64;
+pub(crate) const MIN_COMPRESS_BYTES: usize = 64;
 
 /// The compression level: zlib's fastest. JSON and text shrink 3-5× at it; higher levels gain
 /// a few percent of size for several times the CPU.

@@ -18,10 +18,10 @@
 use super::Header;
 
 /// The extension's token.
-pub const PERMESSAGE_DEFLATE: &str = "permessage-deflate";
+pub(crate) const PERMESSAGE_DEFLATE: &str = "permessage-deflate";
 
 /// The LZ77 window sizes a peer may ask for (RFC 7692 §7.1.2).
-pub const WINDOW_BITS: std::ops::RangeInclusive<u8> = 8..=15;
+pub(crate) const WINDOW_BITS: std::ops::RangeInclusive<u8> = 8..=15;
 
 /// What was agreed for one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +40,7 @@ pub struct Deflate {
 
 impl Deflate {
     /// The `Sec-WebSocket-Extensions` value that accepts this agreement.
-    pub fn response(&self) -> String {
+    pub(crate) fn response(&self) -> String {
         let mut out = format!("{PERMESSAGE_DEFLATE}; server_no_context_takeover");
         if self.client_no_context_takeover {
             out.push_str("; client_no_context_takeover");

@@ -31,7 +31,6 @@ wasmtime::component::bindgen!({
 });
 
 pub use self::ankh::plugin::types;
-pub use self::exports::ankh::plugin::handler;
 
 /// `ankh:plugin@0.1.0`, frozen in `wit/legacy/`. Its `types` interface is identical to the
 /// current one, so both worlds share those Rust types and a 0.1.0 call needs no conversion.

@@ -3,7 +3,7 @@
 //! Three rooms, and one vocabulary they share:
 //!
 //! - [`engine`]: how a component is compiled, linked and called. The wasmtime `Engine` and
-//!   `Linker`, a loaded [`Plugin`] and its [`Policy`], the [`Registry`] of mounts, the
+//!   `Linker`, a loaded [`Plugin`](engine::plugin::Plugin) and its [`Policy`](engine::policy::Policy), the [`Registry`](engine::registry::Registry) of mounts, the
 //!   worlds a plugin may target and their calling conventions (`packed`, `incoming`,
 //!   `proxy`), and a plugin's live instances.
 //! - [`sandbox`]: what bounds a call. The data of every store (`store`), the memory cap and
@@ -22,13 +22,9 @@
 //! guest timer (`sandbox::timer`, one, for precise sleeps) and the idle-instance trimmer
 //! (`engine::registry`, one per registry).
 
+// Generated code: its visibility is bindgen's.
+#[allow(unreachable_pub)]
 pub mod bindings;
 pub mod engine;
 pub mod host;
 pub mod sandbox;
-
-pub use engine::instance::Instance;
-pub use engine::plugin::{LoadError, Plugin};
-pub use engine::policy::Policy;
-pub use engine::registry::{Mount, Registry};
-pub use engine::{Runtime, RuntimeConfig};

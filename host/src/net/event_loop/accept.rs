@@ -22,29 +22,25 @@ use crate::net::http::HttpConn;
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// A connection loop 0 accepted for another loop.
-pub struct Accepted {
+pub(crate) struct Accepted {
     pub stream: TcpStream,
     pub peer: SocketAddr,
 }
 
 /// Every loop's hand-off queue and waker.
 #[derive(Debug)]
-pub struct Lanes {
+pub(crate) struct Lanes {
     pub(crate) lanes: Vec<(Sender<Accepted>, Arc<Waker>)>,
 }
 
 impl Lanes {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lanes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.lanes.is_empty()
     }
 
     /// Queues `accepted` for loop `lane` and wakes it. Should the loop be gone (the server is
     /// stopping), the connection is closed with the queue.
-    pub fn hand_off(&self, lane: usize, accepted: Accepted) {
+    pub(crate) fn hand_off(&self, lane: usize, accepted: Accepted) {
         let (inbox, waker) = &self.lanes[lane];
         if inbox.send(accepted).is_ok() {
             let _ = waker.wake();

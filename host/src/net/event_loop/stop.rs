@@ -45,7 +45,7 @@ impl StopHandle {
     }
 
     /// Whether a drain or a stop was asked for.
-    pub fn draining(&self) -> bool {
+    pub(crate) fn draining(&self) -> bool {
         self.command.load(Ordering::Acquire) != RUN
     }
 

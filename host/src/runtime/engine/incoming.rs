@@ -28,7 +28,7 @@ impl Incoming {
     /// The WIT record of the request. The query, headers and body move into it; hand it back
     /// with [`Incoming::restore`] to keep the headers for what follows the call (an
     /// upgrade's handshake).
-    pub fn lend(&mut self) -> types::Request {
+    pub(crate) fn lend(&mut self) -> types::Request {
         types::Request {
             id: crate::text::hex_id(self.id),
             method: self.head.method.to_string(),
@@ -50,7 +50,7 @@ impl Incoming {
 
     /// Takes back the query and headers of a record made by [`Incoming::lend`]. The body
     /// stays with the record: a call may have consumed it.
-    pub fn restore(&mut self, record: types::Request) {
+    pub(crate) fn restore(&mut self, record: types::Request) {
         self.head.query = record.query;
         self.head.headers = record
             .headers

@@ -83,14 +83,18 @@ impl Instance {
     }
 
     /// Delivers the open event of WebSocket `ws`, with the request that asked for it.
-    pub async fn on_open(&mut self, ws: WsId, request: &types::Request) -> Result<(), Failure> {
+    pub(crate) async fn on_open(
+        &mut self,
+        ws: WsId,
+        request: &types::Request,
+    ) -> Result<(), Failure> {
         self.arm(None);
         let result = self.bindings.on_open(&mut self.store, ws, request).await;
         result.map_err(|e| self.classify(e))
     }
 
     /// Delivers a message or the close of WebSocket `ws`.
-    pub async fn on_event(&mut self, ws: WsId, event: WsEvent) -> Result<(), Failure> {
+    pub(crate) async fn on_event(&mut self, ws: WsId, event: WsEvent) -> Result<(), Failure> {
         self.arm(None);
         let result = match event {
             WsEvent::Message(message) => {
@@ -121,7 +125,7 @@ impl Instance {
     }
 
     /// How much the instance's linear memory grew since it started.
-    pub fn grown_bytes(&self) -> usize {
+    pub(crate) fn grown_bytes(&self) -> usize {
         self.store
             .data()
             .memory

@@ -33,16 +33,11 @@ pub struct IdleBudget {
 }
 
 impl IdleBudget {
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         IdleBudget {
             kept: AtomicUsize::new(0),
             max,
         }
-    }
-
-    /// Idle instances kept now, across plugins.
-    pub fn kept(&self) -> usize {
-        self.kept.load(Ordering::Relaxed)
     }
 
     fn reserve(&self) -> bool {
@@ -67,7 +62,11 @@ pub struct InstancePool {
 }
 
 impl InstancePool {
-    pub fn new(max_idle: usize, budget: Arc<IdleBudget>, metrics: Arc<PluginMetrics>) -> Self {
+    pub(crate) fn new(
+        max_idle: usize,
+        budget: Arc<IdleBudget>,
+        metrics: Arc<PluginMetrics>,
+    ) -> Self {
         InstancePool {
             idle: Mutex::new(VecDeque::new()),
             max_idle,
@@ -77,7 +76,7 @@ impl InstancePool {
     }
 
     /// The most recently used idle instance (its memory is the likeliest to be in cache).
-    pub fn take(&self) -> Option<Instance> {
+    pub(crate) fn take(&self) -> Option<Instance> {
         let (instance, _) = self.lock().pop_back()?;
         self.budget.release(1);
         self.metrics.idle_instances.fetch_sub(1, Ordering::Relaxed);
@@ -86,7 +85,7 @@ impl InstancePool {
 
     /// Keeps `instance` for a later call, or drops it when this plugin or all plugins keep
     /// as many as they may.
-    pub fn put(&self, instance: Instance) {
+    pub(crate) fn put(&self, instance: Instance) {
         let mut idle = self.lock();
         if idle.len() >= self.max_idle || !self.budget.reserve() {
             drop(idle);
@@ -97,14 +96,9 @@ impl InstancePool {
         self.metrics.idle_instances.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// How many are kept now.
-    pub fn idle(&self) -> usize {
-        self.lock().len()
-    }
-
     /// Drops the instances that went unused for `timeout` (the oldest are in front). They
     /// are dropped after the lock is released: unmapping an instance takes a while.
-    pub fn trim(&self, now: Instant, timeout: Duration) -> usize {
+    pub(crate) fn trim(&self, now: Instant, timeout: Duration) -> usize {
         let mut stale = Vec::new();
         {
             let mut idle = self.lock();

@@ -7,14 +7,14 @@
 
 pub mod incoming;
 pub mod instance;
-pub mod instances;
+pub(crate) mod instances;
 pub mod packed;
 pub mod plugin;
 pub mod policy;
-pub mod proxy;
+pub(crate) mod proxy;
 pub mod registry;
-pub mod wasi;
-pub mod world;
+pub(crate) mod wasi;
+pub(crate) mod world;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -91,7 +91,7 @@ impl std::fmt::Debug for Runtime {
 
 impl Runtime {
     /// Compilations answered from the disk cache so far.
-    pub fn cache_hits(&self) -> usize {
+    pub(crate) fn cache_hits(&self) -> usize {
         self.cache.as_ref().map_or(0, Cache::cache_hits)
     }
 

@@ -9,14 +9,14 @@ use crate::runtime::bindings::types;
 use crate::runtime::engine::incoming::Incoming;
 
 /// The interface a component exports to be called this way.
-pub const INTERFACE: &str = "ankh:plugin/packed-handler@0.2.0";
+pub(crate) const INTERFACE: &str = "ankh:plugin/packed-handler@0.2.0";
 
 /// The function in it that returns an `outcome` record.
-pub const FUNCTION: &str = "handle-request";
+pub(crate) const FUNCTION: &str = "handle-request";
 
 /// The function in it that returns the outcome packed ([`Answer`]); called instead of
 /// [`FUNCTION`] when a component exports it.
-pub const ANSWER_FUNCTION: &str = "handle";
+pub(crate) const ANSWER_FUNCTION: &str = "handle";
 
 /// What a request handler returned: a record, or the packed form of one.
 #[derive(Debug)]
@@ -62,7 +62,7 @@ pub enum Answer<'a> {
 }
 
 /// A header field read in place: its name and its value, as bytes.
-pub type RawField<'a> = (&'a [u8], &'a [u8]);
+pub(crate) type RawField<'a> = (&'a [u8], &'a [u8]);
 
 /// A packed answer that breaks the layout: a fault of the plugin (or of its SDK).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -72,7 +72,7 @@ pub struct Malformed(&'static str);
 impl<'a> Answer<'a> {
     /// Reads `buf` as the layout says, checking every length against the buffer before it
     /// sizes anything by it.
-    pub fn decode(buf: &'a [u8]) -> Result<Answer<'a>, Malformed> {
+    pub(crate) fn decode(buf: &'a [u8]) -> Result<Answer<'a>, Malformed> {
         let mut r = Reader { buf, at: 0 };
         match r.take(1)?[0] {
             0 => {
@@ -172,7 +172,7 @@ impl<'a> Reader<'a> {
 
 /// Appends `request`'s head (everything but its body) to `out`, in one allocation: the id and
 /// the remote address are written as text straight into it.
-pub fn encode_head(request: &Incoming, out: &mut Vec<u8>) {
+pub(crate) fn encode_head(request: &Incoming, out: &mut Vec<u8>) {
     let head = &request.head;
     out.reserve(length_bound(request));
     out.push(match head.version {

@@ -64,7 +64,7 @@ fn mentions(bytes: &[u8], needle: &str) -> bool {
 }
 
 /// The identity of a plugin version: its code and its policy file.
-pub fn version_digest(wasm: &Path, bytes: &[u8]) -> u64 {
+pub(crate) fn version_digest(wasm: &Path, bytes: &[u8]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     bytes.hash(&mut h);
@@ -109,7 +109,7 @@ pub enum LoadError {
 
 /// Holds one of a plugin's `limits.max_concurrency` call slots until dropped.
 #[derive(Debug)]
-pub struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+pub(crate) struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -129,7 +129,7 @@ impl Plugin {
     /// Reads the policy, compiles `path` and links it: host work, bounded by the file's size.
     /// Compilations run one at a time (wasmtime spreads each over every core), which also
     /// keeps the cache-hit count of each exact.
-    pub fn compile(runtime: &Runtime, name: &str, path: &Path) -> Result<Plugin, LoadError> {
+    pub(crate) fn compile(runtime: &Runtime, name: &str, path: &Path) -> Result<Plugin, LoadError> {
         let started = Instant::now();
         let server = &runtime.config.limits;
         let policy =
@@ -240,7 +240,7 @@ impl Plugin {
     /// sleeps past the handler timeout or spins past the CPU deadline, or a memory larger
     /// than the cap, shows up here rather than on the first request. Runs guest code, so it
     /// runs under a call's limits.
-    pub fn start(&mut self) -> Result<(), LoadError> {
+    pub(crate) fn start(&mut self) -> Result<(), LoadError> {
         let started = Instant::now();
         crate::runtime::sandbox::exec::block_on(self.new_store_and_instantiate(None)).map_err(
             |failure| LoadError::Instantiate {
@@ -258,14 +258,9 @@ impl Plugin {
         self.pre.world()
     }
 
-    /// Whether it is a `wasi:http/proxy` component.
-    pub fn is_proxy(&self) -> bool {
-        self.pre.is_proxy()
-    }
-
     /// Takes one of the plugin's call slots (`limits.max_concurrency`: its share of the
     /// server's), for a request or a WebSocket event; `None` when all are in use.
-    pub fn try_enter(&self) -> Option<InFlight> {
+    pub(crate) fn try_enter(&self) -> Option<InFlight> {
         let now = self
             .in_flight
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);

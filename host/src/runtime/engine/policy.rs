@@ -101,7 +101,7 @@ pub struct PolicyError {
 }
 
 /// The name whose plugin serves every path no other plugin matches.
-pub const INDEX: &str = "index";
+pub(crate) const INDEX: &str = "index";
 
 /// The mount prefix of a plugin that names none: `/NAME`, or `""` (every path) for the
 /// index plugin.
@@ -148,7 +148,7 @@ static LIMITS: LazyLock<Vec<LimitSetting<Policy>>> = LazyLock::new(|| {
 
 /// Every key a policy file may hold: the policy's own, then the server limits it may
 /// override.
-pub static SETTINGS: LazyLock<Vec<Setting<Policy>>> = LazyLock::new(|| {
+pub(crate) static SETTINGS: LazyLock<Vec<Setting<Policy>>> = LazyLock::new(|| {
     OWN.iter()
         .cloned()
         .chain(LIMITS.iter().map(|l| l.setting.clone()))
@@ -331,7 +331,7 @@ impl HasLimits for Policy {
 
 impl Policy {
     /// The policy of a plugin without a policy file: the server's limits, no capabilities.
-    pub fn defaults(name: &str, limits: &Limits) -> Policy {
+    pub(crate) fn defaults(name: &str, limits: &Limits) -> Policy {
         Policy {
             routes: vec![prefix_for(name).to_string()],
             limits: limits.clone(),

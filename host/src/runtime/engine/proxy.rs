@@ -51,7 +51,7 @@ const DROPPED_RESPONSE_HEADERS: [&str; 2] = ["content-length", "trailer"];
 /// (wasi:http lets a handler work on after `set`), as an early `http.respond` does for ankh's
 /// own plugins: the call's context is out of the store for the length of the call, and the
 /// outcome is then `done`. A guest that traps before its response is complete gets a 5xx.
-pub async fn handle(
+pub(crate) async fn handle(
     store: &mut Store<HostState>,
     proxy: &Proxy,
     request: &types::Request,

@@ -16,7 +16,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::runtime::engine::plugin::Plugin;
 
-pub use crate::runtime::engine::policy::{INDEX, prefix_for};
+pub use crate::runtime::engine::policy::prefix_for;
 
 /// A plugin and the prefix it is mounted at.
 #[derive(Debug, Clone)]
@@ -28,7 +28,7 @@ pub struct Mount {
 
 /// A plugin's route is held by another plugin, or nested in one of its routes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Conflict {
+pub(crate) enum Conflict {
     #[error(
         "its route {} is already served by plugin `{holder}`",
         display_mount(prefix)
@@ -57,7 +57,7 @@ pub struct Registry {
 impl Registry {
     /// An empty table; `allow_nested`: a plugin may mount a route below (or above) another
     /// plugin's.
-    pub fn new(allow_nested: bool) -> Registry {
+    pub(crate) fn new(allow_nested: bool) -> Registry {
         Registry {
             table: RwLock::default(),
             allow_nested,
@@ -65,13 +65,13 @@ impl Registry {
     }
 
     /// Looks up the plugin for `path`.
-    pub fn route(&self, path: &str) -> Option<Mount> {
+    pub(crate) fn route(&self, path: &str) -> Option<Mount> {
         let table = self.snapshot();
         table.iter().find(|m| matches(&m.prefix, path)).cloned()
     }
 
     /// The current version of the plugin called `name`.
-    pub fn by_name(&self, name: &str) -> Option<Arc<Plugin>> {
+    pub(crate) fn by_name(&self, name: &str) -> Option<Arc<Plugin>> {
         self.snapshot()
             .iter()
             .find(|m| &*m.plugin.name == name)
@@ -88,7 +88,7 @@ impl Registry {
 
     /// Mounts `plugin` at the prefixes of its policy (`/NAME` by default), replacing any
     /// plugin of the same name, unless one of those prefixes is held by another plugin.
-    pub fn insert(&self, plugin: Arc<Plugin>) -> Result<(), Conflict> {
+    pub(crate) fn insert(&self, plugin: Arc<Plugin>) -> Result<(), Conflict> {
         let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
         let mut next: Vec<Mount> = table
             .iter()
@@ -130,7 +130,7 @@ impl Registry {
     }
 
     /// Unmounts the plugin called `name`. Returns whether it was mounted.
-    pub fn remove(&self, name: &str) -> bool {
+    pub(crate) fn remove(&self, name: &str) -> bool {
         let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
         let before = table.len();
         let next: Vec<Mount> = table
@@ -145,7 +145,7 @@ impl Registry {
 }
 
 /// A plugin's mounts for the log: `/hello`, `/a,/b`, `/ (fallback)`.
-pub fn mounts(routes: &[String]) -> String {
+pub(crate) fn mounts(routes: &[String]) -> String {
     routes
         .iter()
         .map(|r| display_mount(r))
@@ -183,7 +183,7 @@ fn matches(prefix: &str, path: &str) -> bool {
 
 /// Drops, in every mounted plugin, the idle instances unused for
 /// [`INSTANCE_IDLE_TIMEOUT`](crate::limits::INSTANCE_IDLE_TIMEOUT). Old versions' pools go with the versions themselves.
-pub fn trim_idle(registry: &Registry) -> usize {
+pub(crate) fn trim_idle(registry: &Registry) -> usize {
     let now = std::time::Instant::now();
     registry
         .snapshot()
@@ -198,7 +198,7 @@ pub fn trim_idle(registry: &Registry) -> usize {
 }
 
 /// Runs [`trim_idle`] every `every` on a thread of its own, until `registry` is gone.
-pub fn start_trimming(
+pub(crate) fn start_trimming(
     registry: std::sync::Weak<Registry>,
     every: std::time::Duration,
 ) -> std::io::Result<()> {

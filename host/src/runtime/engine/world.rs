@@ -30,7 +30,7 @@ type AnswerFunc = TypedFunc<(Vec<u8>, Vec<u8>), (Vec<u8>,)>;
 
 /// Which `packed-handler` function a component's requests go to.
 #[derive(Debug, Clone, Copy)]
-pub enum PackedExport {
+pub(crate) enum PackedExport {
     /// `handle-request`, which returns a record.
     Record(ComponentExportIndex),
     /// `handle`, which returns the packed answer.
@@ -38,13 +38,13 @@ pub enum PackedExport {
 }
 
 /// A live instance's `packed-handler` function.
-pub enum Packed {
+pub(crate) enum Packed {
     Record(PackedFunc),
     Answer(AnswerFunc),
 }
 
 /// A pre-instantiated plugin of either world.
-pub enum Pre {
+pub(crate) enum Pre {
     /// With where its `packed-handler` function is, when it exports one.
     Current(bindings::PluginPre<HostState>, Option<PackedExport>),
     Legacy(legacy::PluginPre<HostState>),
@@ -52,7 +52,7 @@ pub enum Pre {
 }
 
 /// A live instance's exports, of either world.
-pub enum Exports {
+pub(crate) enum Exports {
     Current(bindings::Plugin, Option<Packed>),
     Legacy(legacy::Plugin),
     Proxy(Proxy),
@@ -61,7 +61,7 @@ pub enum Exports {
 impl Pre {
     /// Checks the component's exports against the current world, then against 0.1.0, then
     /// against `wasi:http/proxy`. The error, when none fits, is the current world's.
-    pub fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Pre> {
+    pub(crate) fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Pre> {
         let e = match bindings::PluginPre::new(pre.clone()) {
             Ok(current) => {
                 return Ok(Pre::Current(
@@ -81,11 +81,11 @@ impl Pre {
     }
 
     /// Whether it is a `wasi:http/proxy` component.
-    pub fn is_proxy(&self) -> bool {
+    pub(crate) fn is_proxy(&self) -> bool {
         matches!(self, Pre::Proxy(_))
     }
 
-    pub fn engine(&self) -> &wasmtime::Engine {
+    pub(crate) fn engine(&self) -> &wasmtime::Engine {
         match self {
             Pre::Current(p, _) => p.engine(),
             Pre::Legacy(p) => p.engine(),
@@ -94,7 +94,7 @@ impl Pre {
     }
 
     /// The world the component targets, and for the current one how its requests are passed.
-    pub fn world(&self) -> &'static str {
+    pub(crate) fn world(&self) -> &'static str {
         match self {
             Pre::Current(_, Some(PackedExport::Answer(_))) => {
                 "ankh:plugin@0.2.0 (requests as two buffers, answers as one: packed-handler)"
@@ -108,7 +108,10 @@ impl Pre {
         }
     }
 
-    pub async fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Exports> {
+    pub(crate) async fn instantiate(
+        &self,
+        store: &mut Store<HostState>,
+    ) -> wasmtime::Result<Exports> {
         Ok(match self {
             Pre::Current(p, packed) => {
                 let instance = p.instance_pre().instantiate_async(&mut *store).await?;
@@ -197,7 +200,7 @@ const HANDLER: &str = "ankh:plugin/handler@0.2.0";
 impl Exports {
     /// Calls the request handler. The body is moved into the guest: `request` comes back
     /// with an empty one, its head as it was.
-    pub async fn handle_request(
+    pub(crate) async fn handle_request(
         &self,
         store: &mut Store<HostState>,
         request: &mut Incoming,
@@ -240,7 +243,7 @@ impl Exports {
         outcome.map(Returned::Record)
     }
 
-    pub async fn on_open(
+    pub(crate) async fn on_open(
         &self,
         store: &mut Store<HostState>,
         conn: types::ConnectionId,
@@ -262,7 +265,7 @@ impl Exports {
         }
     }
 
-    pub async fn on_message(
+    pub(crate) async fn on_message(
         &self,
         store: &mut Store<HostState>,
         conn: types::ConnectionId,
@@ -284,7 +287,7 @@ impl Exports {
         }
     }
 
-    pub async fn on_close(
+    pub(crate) async fn on_close(
         &self,
         store: &mut Store<HostState>,
         conn: types::ConnectionId,

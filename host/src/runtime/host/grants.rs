@@ -16,13 +16,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// `http` or `https`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Scheme {
+pub(crate) enum Scheme {
     Http,
     Https,
 }
 
 impl Scheme {
-    pub fn parse(s: &str) -> Option<Scheme> {
+    pub(crate) fn parse(s: &str) -> Option<Scheme> {
         match s.to_ascii_lowercase().as_str() {
             "http" => Some(Scheme::Http),
             "https" => Some(Scheme::Https),
@@ -30,14 +30,14 @@ impl Scheme {
         }
     }
 
-    pub fn default_port(self) -> u16 {
+    pub(crate) fn default_port(self) -> u16 {
         match self {
             Scheme::Http => 80,
             Scheme::Https => 443,
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Scheme::Http => "http",
             Scheme::Https => "https",
@@ -73,7 +73,7 @@ impl std::fmt::Display for HttpGrant {
 
 impl HttpGrant {
     /// Parses `scheme://host[:port]` (a trailing `/` is allowed, nothing else after it).
-    pub fn parse(text: &str) -> Result<HttpGrant, String> {
+    pub(crate) fn parse(text: &str) -> Result<HttpGrant, String> {
         let bad = |why: &str| {
             format!(
                 "{text:?} is not an HTTP grant ({why}): use \"https://host[:port]\" or \"https://*.domain\""
@@ -170,7 +170,7 @@ fn valid_name(name: &str) -> bool {
 }
 
 /// The IP address `host` spells, if it is a literal (IPv6 in brackets or not).
-pub fn literal(host: &str) -> Option<IpAddr> {
+pub(crate) fn literal(host: &str) -> Option<IpAddr> {
     let bare = host
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
@@ -183,7 +183,7 @@ pub fn literal(host: &str) -> Option<IpAddr> {
 pub struct HttpGrants(Vec<HttpGrant>);
 
 impl HttpGrants {
-    pub fn new(grants: Vec<HttpGrant>) -> Self {
+    pub(crate) fn new(grants: Vec<HttpGrant>) -> Self {
         HttpGrants(grants)
     }
 
@@ -196,13 +196,13 @@ impl HttpGrants {
     }
 
     /// The grant a request to `scheme://host:port` falls under, if any.
-    pub fn allows(&self, scheme: Scheme, host: &str, port: u16) -> Option<&HttpGrant> {
+    pub(crate) fn allows(&self, scheme: Scheme, host: &str, port: u16) -> Option<&HttpGrant> {
         self.0.iter().find(|g| g.matches(scheme, host, port))
     }
 
     /// Whether `ip`, reached for `scheme` on `port`, may be connected to: a public address,
     /// or one granted as a literal.
-    pub fn may_connect(&self, scheme: Scheme, ip: IpAddr, port: u16) -> bool {
+    pub(crate) fn may_connect(&self, scheme: Scheme, ip: IpAddr, port: u16) -> bool {
         let ip = unmapped(ip);
         is_public(ip)
             || self
@@ -222,7 +222,7 @@ fn unmapped(ip: IpAddr) -> IpAddr {
 
 /// Whether `ip` is an address on the public internet: not loopback, private, link-local,
 /// unspecified, shared (CGNAT), benchmarking, documentation, reserved, multicast or broadcast.
-pub fn is_public(ip: IpAddr) -> bool {
+pub(crate) fn is_public(ip: IpAddr) -> bool {
     match unmapped(ip) {
         IpAddr::V4(v4) => is_public_v4(v4),
         IpAddr::V6(v6) => is_public_v6(v6),

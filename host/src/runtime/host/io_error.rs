@@ -11,7 +11,7 @@ use crate::runtime::sandbox::store::HostState;
 use crate::runtime::sandbox::waits::WASI_VERSION;
 
 /// Replaces `error.to-debug-string` in a linker that already has WASI.
-pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     let mut error = linker.instance(&format!("wasi:io/error@{WASI_VERSION}"))?;
     error.func_wrap(

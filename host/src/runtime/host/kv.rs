@@ -97,6 +97,7 @@ impl kv::Host for HostState {
 /// numbers, so the bucket remembers the key each one stands for (the newest
 /// [`KV_WASI_CURSORS`]; an older cursor is refused).
 #[derive(Debug, Default)]
+#[allow(unreachable_pub)] // named by bindgen's `with` mapping, which re-exports it
 pub struct Bucket {
     cursors: VecDeque<(u64, String)>,
     next_cursor: u64,
@@ -130,7 +131,7 @@ impl From<KvError> for store::Error {
 }
 
 /// Links `wasi:keyvalue/{store,atomics,batch}`.
-pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     store::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
     atomics::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
     batch::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;

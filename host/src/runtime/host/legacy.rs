@@ -16,7 +16,7 @@ use crate::runtime::bindings::types::{
 use crate::runtime::sandbox::store::HostState;
 
 /// Links every 0.1.0 import.
-pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     // `types` holds only types: an empty instance satisfies it.
     linker.instance("ankh:plugin/types@0.1.0")?;
     log::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;

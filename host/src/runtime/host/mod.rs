@@ -1,14 +1,14 @@
 //! What a guest may import: the host side of each WIT interface, one file each, working on
 //! the store data of [`crate::runtime::sandbox::store`].
 
-pub mod grants;
+pub(crate) mod grants;
 pub mod http;
-pub mod io_error;
-pub mod kv;
-pub mod legacy;
-pub mod log;
-pub mod outbound;
-pub mod stdio;
+pub(crate) mod io_error;
+pub(crate) mod kv;
+pub(crate) mod legacy;
+pub(crate) mod log;
+pub(crate) mod outbound;
+pub(crate) mod stdio;
 pub mod websocket;
 
 /// `types` holds only types: there is nothing to implement.

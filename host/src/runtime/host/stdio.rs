@@ -19,13 +19,13 @@ use crate::limits::GUEST_LOG_LINE_BYTES;
 /// What a log line from a plugin is tagged with. One per instance; the request id changes with
 /// every call.
 #[derive(Debug)]
-pub struct LogTags {
+pub(crate) struct LogTags {
     pub plugin: Arc<str>,
     pub request: AtomicU64,
 }
 
 impl LogTags {
-    pub fn new(plugin: Arc<str>) -> Arc<Self> {
+    pub(crate) fn new(plugin: Arc<str>) -> Arc<Self> {
         Arc::new(LogTags {
             plugin,
             request: AtomicU64::new(0),
@@ -33,27 +33,27 @@ impl LogTags {
     }
 
     /// The id of the request being handled, 0 outside a request.
-    pub fn request(&self) -> u64 {
+    pub(crate) fn request(&self) -> u64 {
         self.request.load(Ordering::Relaxed)
     }
 }
 
 /// A `StdoutStream` for `WasiCtxBuilder::stdout` / `stderr`.
 #[derive(Debug, Clone)]
-pub struct GuestOutput {
+pub(crate) struct GuestOutput {
     tags: Arc<LogTags>,
     stream: &'static str,
 }
 
 impl GuestOutput {
-    pub fn stdout(tags: Arc<LogTags>) -> Self {
+    pub(crate) fn stdout(tags: Arc<LogTags>) -> Self {
         GuestOutput {
             tags,
             stream: "stdout",
         }
     }
 
-    pub fn stderr(tags: Arc<LogTags>) -> Self {
+    pub(crate) fn stderr(tags: Arc<LogTags>) -> Self {
         GuestOutput {
             tags,
             stream: "stderr",
@@ -127,7 +127,7 @@ impl LineWriter {
 /// `text` made safe for one line of the host's log: control characters (a newline that would
 /// forge a line, a terminal escape) are written as escapes, and text past `max_bytes` is cut,
 /// saying how long it was.
-pub fn printable(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
+pub(crate) fn printable(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
     use std::fmt::Write as _;
     let clean = |c: char| !c.is_control() || c == '\t';
     if text.len() <= max_bytes && text.chars().all(clean) {

@@ -62,7 +62,7 @@ const MAX_CLOSE_REASON_BYTES: usize = 123;
 
 /// Close codes an endpoint may send (RFC 6455 §7.4 and the IANA registry): the defined ones
 /// except those reserved for reporting (1005, 1006, 1015), and 3000-4999 for applications.
-pub fn sendable_close_code(code: u16) -> bool {
+pub(crate) fn sendable_close_code(code: u16) -> bool {
     matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999)
 }
 

@@ -12,7 +12,7 @@ use crate::limits::GUEST_TABLE_ELEMENTS;
 /// can be reported as such rather than as a generic trap. Counts the instance's memory in the
 /// plugin's `ankh_plugin_instance_memory_bytes` while the store lives.
 #[derive(Debug)]
-pub struct MemoryCap {
+pub(crate) struct MemoryCap {
     pub limit_bytes: usize,
     pub hit: bool,
     /// Linear memory of the instance now, all its memories together.
@@ -42,7 +42,7 @@ impl Drop for MemoryCap {
 /// The error that stops a guest at its memory cap.
 #[derive(Debug, thiserror::Error)]
 #[error("memory cap of {limit_bytes} bytes reached (wanted {desired_bytes})")]
-pub struct MemoryCapReached {
+pub(crate) struct MemoryCapReached {
     pub limit_bytes: usize,
     pub desired_bytes: usize,
 }
@@ -84,7 +84,7 @@ impl wasmtime::ResourceLimiter for MemoryCap {
 /// thread's CPU clock is read then, so time the guest spends blocked in the host (a sleep, a
 /// database call) is not charged.
 #[derive(Debug)]
-pub struct CpuBudget {
+pub(crate) struct CpuBudget {
     pub deadline: Duration,
     used: Duration,
     /// The thread's CPU clock at the previous tick of this call.
@@ -103,7 +103,7 @@ impl CpuBudget {
     }
 
     /// Starts a new call with a full budget. Costs no system call.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.used = Duration::ZERO;
         self.last = None;
         self.exceeded = false;
@@ -111,7 +111,7 @@ impl CpuBudget {
 
     /// The call resumes after a wait in which the worker may have run other calls: their CPU
     /// time is not this call's. The next tick charges from now.
-    pub fn resumed(&mut self) {
+    pub(crate) fn resumed(&mut self) {
         if self.last.is_some() {
             self.last = Some(ThreadTime::now().as_duration());
         }
@@ -119,13 +119,13 @@ impl CpuBudget {
 
     /// The call yielded its thread at a tick (see [`crate::runtime::sandbox::guest_limits::configure_store`]):
     /// the next tick that finds it running charges one whole tick, as at the start of a call.
-    pub fn yielded(&mut self) {
+    pub(crate) fn yielded(&mut self) {
         self.last = None;
     }
 
     /// Called on an epoch tick while the guest runs; returns false once the budget is spent.
     /// The CPU used before the first tick of a call is counted as one whole tick.
-    pub fn tick(&mut self, tick: Duration) -> bool {
+    pub(crate) fn tick(&mut self, tick: Duration) -> bool {
         let now = ThreadTime::now().as_duration();
         self.used += match self.last {
             Some(last) => now.saturating_sub(last),

@@ -27,7 +27,7 @@ fn round_down(ns: u128, resolution: Duration) -> u128 {
 
 /// The monotonic clock, in nanoseconds since the host started, at `resolution`.
 #[derive(Debug, Clone, Copy)]
-pub struct Monotonic {
+pub(crate) struct Monotonic {
     pub resolution: Duration,
 }
 
@@ -44,7 +44,7 @@ impl HostMonotonicClock for Monotonic {
 
 /// The wall clock, since the Unix epoch, at `resolution`.
 #[derive(Debug, Clone, Copy)]
-pub struct Wall {
+pub(crate) struct Wall {
     pub resolution: Duration,
 }
 
@@ -67,7 +67,7 @@ impl HostWallClock for Wall {
 
 /// The clocks of a plugin whose limits say `resolution` (see
 /// [`crate::runtime::sandbox::guest_limits::GuestLimits::clock_resolution`]).
-pub fn at_resolution(resolution: Duration) -> (Monotonic, Wall) {
+pub(crate) fn at_resolution(resolution: Duration) -> (Monotonic, Wall) {
     (Monotonic { resolution }, Wall { resolution })
 }
 

@@ -40,7 +40,7 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 }
 
 /// What the executor of a thread tells the epoch checks of the guests it runs.
-pub struct Executor {
+pub(crate) struct Executor {
     /// True while calls of this executor are ready to resume.
     pub ready: Arc<AtomicBool>,
     /// Whether work is waiting that this executor could start (a job in the queue).
@@ -57,25 +57,25 @@ thread_local! {
 }
 
 /// A guest on this thread is giving its thread up at an epoch tick, still computing.
-pub fn note_yield() {
+pub(crate) fn note_yield() {
     YIELDED.with(|y| y.set(true));
 }
 
 /// Whether a guest yielded at an epoch tick since the last call (and forgets it): an
 /// executor that hands computing calls on asks after each poll.
-pub fn take_yield() -> bool {
+pub(crate) fn take_yield() -> bool {
     YIELDED.with(|y| y.replace(false))
 }
 
 /// Tells this thread's epoch checks about its executor (once per thread).
-pub fn set_executor(executor: Executor) {
+pub(crate) fn set_executor(executor: Executor) {
     EXECUTOR.with(|cell| {
         let _ = cell.set(executor);
     });
 }
 
 /// Whether this thread is an event loop (its executor hands yielding calls on).
-pub fn on_event_loop() -> bool {
+pub(crate) fn on_event_loop() -> bool {
     EXECUTOR.with(|cell| cell.get().is_some_and(|e| e.event_loop))
 }
 
@@ -85,7 +85,7 @@ pub fn on_event_loop() -> bool {
 /// leave that work to the loop. On a loop this yields once, as a guest computing at a tick
 /// does, and the loop hands the call to the workers (where their queue is full it stays and
 /// goes on here); anywhere else it is ready at once.
-pub async fn leave_loop() {
+pub(crate) async fn leave_loop() {
     let mut yielded = false;
     std::future::poll_fn(|cx| {
         if yielded || !on_event_loop() {
@@ -103,7 +103,7 @@ pub async fn leave_loop() {
 /// calls of this thread's executor are ready to resume, their deadlines have passed, or work
 /// waits to be started. Its call then resumes after them, so a guest that computes for long
 /// shares its thread (a tick at a time) instead of holding it until it is done.
-pub fn others_ready() -> bool {
+pub(crate) fn others_ready() -> bool {
     EXECUTOR.with(|cell| {
         cell.get()
             .is_some_and(|e| e.ready.load(Ordering::Relaxed) || (e.waiting)())

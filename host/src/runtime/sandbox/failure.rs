@@ -36,7 +36,7 @@ pub enum InvokeError {
 }
 
 impl InvokeError {
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         match self {
             InvokeError::Deadline(_) | InvokeError::TimedOut(_) => 504,
             // nginx's "client closed request": logged, never sent (there is no client).
@@ -58,7 +58,7 @@ pub struct Failure {
 }
 
 /// What a failed call (or instantiation) of a store comes to.
-pub fn classify(data: &HostState, e: wasmtime::Error) -> Failure {
+pub(crate) fn classify(data: &HostState, e: wasmtime::Error) -> Failure {
     // The guest's own frames (symbolized from the name section) when there are any; the
     // reason itself goes in the headline, and the host's frames would only be noise.
     let report = match e.downcast_ref::<wasmtime::WasmBacktrace>() {

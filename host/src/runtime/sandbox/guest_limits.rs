@@ -45,7 +45,7 @@ pub struct GuestLimits {
 impl GuestLimits {
     /// The bounds of a plugin whose limits are `l` (the server's, as its policy may override
     /// them), with clocks at full resolution if `precise_clocks`.
-    pub fn for_plugin(l: &Limits, precise_clocks: bool) -> Self {
+    pub(crate) fn for_plugin(l: &Limits, precise_clocks: bool) -> Self {
         GuestLimits {
             memory_bytes: l.guest_memory_bytes,
             table_entries: limits::GUEST_TABLE_ENTRIES,
@@ -72,7 +72,7 @@ impl GuestLimits {
 /// on every tick that finds it running, and stops it when its call ran out of CPU or of
 /// wall-clock time, or its client left. (The resource-table cap, the clocks and the wall-clock
 /// watch are set when the store's [`HostState`] is built, from the same [`GuestLimits`].)
-pub fn configure_store(store: &mut Store<HostState>) {
+pub(crate) fn configure_store(store: &mut Store<HostState>) {
     store.limiter(|s| &mut s.memory);
     store.epoch_deadline_callback(|mut ctx| {
         let state = ctx.data_mut();

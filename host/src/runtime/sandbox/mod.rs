@@ -2,12 +2,12 @@
 //! one plugin in one place, the wall-clock watch of a call and every wait it bounds, the guest
 //! timer, the clocks a guest reads, and how a call failed.
 
-pub mod caps;
-pub mod clocks;
+pub(crate) mod caps;
+pub(crate) mod clocks;
 pub mod exec;
-pub mod failure;
-pub mod guest_limits;
-pub mod store;
-pub mod timer;
-pub mod waits;
-pub mod watch;
+pub(crate) mod failure;
+pub(crate) mod guest_limits;
+pub(crate) mod store;
+pub(crate) mod timer;
+pub(crate) mod waits;
+pub(crate) mod watch;

@@ -48,7 +48,7 @@ pub struct HostState {
 impl HostState {
     /// The data of a store of a plugin: `wasi` is what its policy grants it (see
     /// `engine::wasi`), `limits` what bounds its calls.
-    pub fn new(
+    pub(crate) fn new(
         wasi: WasiCtx,
         tags: Arc<LogTags>,
         kv: Namespace,

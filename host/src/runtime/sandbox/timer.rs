@@ -34,7 +34,7 @@ use wasmtime_wasi::p2::{DynPollable, Pollable};
 const PRUNE_AT: usize = 4096;
 
 /// A pollable that is ready `after` from now.
-pub fn subscribe(
+pub(crate) fn subscribe(
     table: &mut ResourceTable,
     after: Duration,
 ) -> wasmtime::Result<Resource<DynPollable>> {
@@ -43,7 +43,7 @@ pub fn subscribe(
 }
 
 /// When a guest's pollable becomes ready.
-pub struct Deadline {
+pub(crate) struct Deadline {
     kind: Kind,
     /// Registered with the timer thread on the first poll that has to wait.
     slot: Option<Arc<Slot>>,
@@ -61,7 +61,7 @@ enum Kind {
 }
 
 impl Deadline {
-    pub fn after(after: Duration) -> Deadline {
+    pub(crate) fn after(after: Duration) -> Deadline {
         let kind = if after.is_zero() {
             Kind::Past { yielded: false }
         } else {
@@ -214,12 +214,12 @@ thread_local! {
 /// The deadlines of a thread that serves them itself: an executor that sleeps no longer than
 /// [`Local::next`] and calls [`Local::fire`] when it wakes. Deadlines polled on such a thread
 /// are kept there; the calls waiting on them are polled there too.
-pub struct Local;
+pub(crate) struct Local;
 
 impl Local {
     /// From now on, deadlines polled on this thread are served by it. Also sets the thread's
     /// timer slack to 1 ns, so that its timed sleeps end on time.
-    pub fn install() {
+    pub(crate) fn install() {
         LOCAL.with(|l| *l.borrow_mut() = Some(Heap::new()));
         #[cfg(target_os = "linux")]
         let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
@@ -237,17 +237,17 @@ impl Local {
     }
 
     /// This thread's earliest deadline.
-    pub fn next() -> Option<Instant> {
+    pub(crate) fn next() -> Option<Instant> {
         LOCAL.with(|l| l.borrow_mut().as_mut().and_then(Heap::next))
     }
 
     /// Whether a deadline of this thread has passed (a computing guest then yields).
-    pub fn due(now: Instant) -> bool {
+    pub(crate) fn due(now: Instant) -> bool {
         Self::next().is_some_and(|at| at <= now)
     }
 
     /// Wakes whatever waits on this thread's deadlines that passed by `now`.
-    pub fn fire(now: Instant) {
+    pub(crate) fn fire(now: Instant) {
         let mut due = Vec::new();
         LOCAL.with(|l| {
             if let Some(heap) = l.borrow_mut().as_mut() {

@@ -27,15 +27,15 @@ use crate::runtime::sandbox::watch::{Stopped, race};
 
 /// The version of the WASI interfaces whose functions are replaced: the one wasmtime-wasi
 /// links (guests importing an older 0.2.x are matched to it). Unit tests check it.
-pub const WASI_VERSION: &str = "0.2.12";
+pub(crate) const WASI_VERSION: &str = "0.2.12";
 
 /// The interface whose two `subscribe-*` functions are replaced, at the version wasmtime-wasi
 /// links (guests importing an older 0.2.x are matched to it). A unit test checks that this
 /// names an interface the linker already has.
-pub const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
+pub(crate) const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
 
 /// Replaces `subscribe-duration` and `subscribe-instant` in a linker that already has WASI.
-pub fn add_clocks_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+pub(crate) fn add_clocks_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     let mut clock = linker.instance(MONOTONIC_CLOCK)?;
     clock.func_wrap(
@@ -81,7 +81,7 @@ where
 }
 
 /// A wait that may have suspended the call: the worker ran other calls meanwhile, so the CPU
-/// budget's clock starts again from now (see [`crate::runtime::sandbox::store::CpuBudget::resumed`]), and the
+/// budget's clock starts again from now (see [`crate::runtime::sandbox::caps::CpuBudget::resumed`]), and the
 /// epoch check is pushed a tick ahead: the epoch moved while the call waited, and a call just
 /// resumed has nothing to yield for.
 fn resumed(store: &mut Store<'_>) {
@@ -103,7 +103,7 @@ fn to_wit<T>(
 type Store<'a> = StoreContextMut<'a, HostState>;
 
 /// Replaces the waiting functions of `wasi:io` in a linker that already has WASI.
-pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     let mut poll = linker.instance(&format!("wasi:io/poll@{WASI_VERSION}"))?;
     poll.func_wrap_async(

@@ -15,12 +15,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-pub use crate::message::Cancel;
+pub(crate) use crate::message::Cancel;
 use crate::runtime::sandbox::timer::Deadline;
 
 /// Why a call was stopped from outside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stop {
+pub(crate) enum Stop {
     /// The call ran past its wall-clock deadline (`handler_timeout_ms`).
     TimedOut(Duration),
     /// The client of the request disconnected.
@@ -39,11 +39,11 @@ impl std::fmt::Display for Stop {
 /// The error a guest's wait (or its epoch check) returns once the call is stopped: a trap.
 #[derive(Debug, thiserror::Error)]
 #[error("call stopped: {0}")]
-pub struct Stopped(pub Stop);
+pub(crate) struct Stopped(pub Stop);
 
 /// The bounds of the call running in a store.
 #[derive(Debug)]
-pub struct Watch {
+pub(crate) struct Watch {
     /// The plugin's handler timeout: each call gets this much wall-clock time.
     pub timeout: Duration,
     deadline: Option<Instant>,
@@ -53,7 +53,7 @@ pub struct Watch {
 }
 
 impl Watch {
-    pub fn new(timeout: Duration) -> Self {
+    pub(crate) fn new(timeout: Duration) -> Self {
         Watch {
             timeout,
             deadline: None,
@@ -63,19 +63,19 @@ impl Watch {
     }
 
     /// Starts the clock of a new call (or an instantiation), optionally cancellable.
-    pub fn arm(&mut self, cancel: Option<Cancel>) {
+    pub(crate) fn arm(&mut self, cancel: Option<Cancel>) {
         self.deadline = Instant::now().checked_add(self.timeout);
         self.cancel = cancel;
         self.stopped = None;
     }
 
     /// Why the call was stopped, if it was.
-    pub fn stopped_by(&self) -> Option<Stop> {
+    pub(crate) fn stopped_by(&self) -> Option<Stop> {
         self.stopped
     }
 
     /// Checks the bounds now (the epoch callback); records and returns why the call must stop.
-    pub fn check(&mut self, now: Instant) -> Option<Stop> {
+    pub(crate) fn check(&mut self, now: Instant) -> Option<Stop> {
         if self.stopped.is_none() {
             if self.cancel.as_ref().is_some_and(Cancel::is_cancelled) {
                 self.stopped = Some(Stop::Cancelled);
@@ -87,12 +87,12 @@ impl Watch {
     }
 
     /// Records why a wait ended the call.
-    pub fn record(&mut self, stop: Stop) {
+    pub(crate) fn record(&mut self, stop: Stop) {
         self.stopped.get_or_insert(stop);
     }
 
     /// A future that completes when the call must stop; races every guest wait.
-    pub fn stopped(&self) -> Stopping {
+    pub(crate) fn stopped(&self) -> Stopping {
         let remaining = self
             .deadline
             .map(|d| d.saturating_duration_since(Instant::now()));
@@ -105,7 +105,7 @@ impl Watch {
 }
 
 /// See [`Watch::stopped`].
-pub struct Stopping {
+pub(crate) struct Stopping {
     deadline: Option<Deadline>,
     timeout: Duration,
     cancel: Option<Cancel>,
@@ -131,7 +131,7 @@ impl Future for Stopping {
 }
 
 /// Runs `work` until it completes or `stop` does, whichever is first.
-pub async fn race<T>(work: impl Future<Output = T>, stop: Stopping) -> Result<T, Stop> {
+pub(crate) async fn race<T>(work: impl Future<Output = T>, stop: Stopping) -> Result<T, Stop> {
     let mut work = std::pin::pin!(work);
     let mut stop = std::pin::pin!(stop);
     std::future::poll_fn(move |cx| {

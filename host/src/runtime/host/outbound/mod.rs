@@ -43,7 +43,7 @@ use crate::runtime::host::grants::{HttpGrants, Scheme};
 
 /// The bounds of every plugin's outbound requests (`[outbound]` in the configuration).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutboundConfig {
+pub(crate) struct OutboundConfig {
     pub connect_timeout: Duration,
     pub first_byte_timeout: Duration,
     pub between_bytes_timeout: Duration,
@@ -52,7 +52,7 @@ pub struct OutboundConfig {
 
 impl OutboundConfig {
     /// The bounds the server's limits set.
-    pub fn from_limits(limits: &crate::limits::Limits) -> Self {
+    pub(crate) fn from_limits(limits: &crate::limits::Limits) -> Self {
         OutboundConfig {
             connect_timeout: limits.outbound_connect_timeout,
             first_byte_timeout: limits.outbound_first_byte_timeout,
@@ -69,7 +69,7 @@ impl Default for OutboundConfig {
 }
 
 /// One plugin's outbound HTTP: its grants, its connection pool, its figures.
-pub struct Outbound {
+pub(crate) struct Outbound {
     plugin: Arc<str>,
     grants: Arc<HttpGrants>,
     config: OutboundConfig,
@@ -98,7 +98,7 @@ fn refuse(plugin: &str, origin: &str, why: &str) {
 }
 
 impl Outbound {
-    pub fn new(
+    pub(crate) fn new(
         plugin: Arc<str>,
         grants: HttpGrants,
         config: OutboundConfig,
@@ -138,7 +138,7 @@ impl Outbound {
 
     /// Sends `request` for the guest (the `send_request` hook of wasi-http, called while the
     /// guest makes the request).
-    pub fn send(
+    pub(crate) fn send(
         self: Arc<Self>,
         request: http::Request<WasiBody>,
         options: Option<RequestOptions>,
@@ -282,7 +282,7 @@ fn client_error(e: hyper_util::client::legacy::Error) -> HttpError {
 
 /// wasi-http's hooks for one store: its plugin's outbound client, and the body buffers of
 /// wasi:http streams (see `runtime::engine::proxy` for why they are sized so).
-pub struct HttpHooks {
+pub(crate) struct HttpHooks {
     pub outbound: Arc<Outbound>,
     /// Writes a body stream may buffer before it is read.
     pub body_buffer_chunks: usize,
