@@ -228,7 +228,8 @@ fn access_log_lines_and_json_logs() {
         .plugin(plugins::HELLO)
         .plugin(plugins::PROBE)
         .arg("--no-access-log")
-        .start_with_env("RUST_LOG", None);
+        .rust_log(None)
+        .start();
     assert_eq!(quiet.get("/hello").0, 200);
     // Proof the log would show it by now: a line logged after the access line would be.
     assert_eq!(quiet.get("/probe/log?marker=after").0, 200);
@@ -263,7 +264,8 @@ fn the_config_file_sets_the_log_format_level_and_access_log() {
         .plugin(plugins::HELLO)
         .arg("--config")
         .arg(config.to_str().unwrap())
-        .start_with_env("RUST_LOG", None);
+        .rust_log(None)
+        .start();
     assert_eq!(s.get("/hello").0, 200);
     let log = s.wait_for_log("configuration read");
     // Every line is JSON, and no access line was written for the request.

@@ -205,7 +205,8 @@ fn a25_a_client_that_never_reads_is_closed_and_memory_stays_bounded() {
 fn a25_a_stalled_reader_of_one_large_response_is_closed_by_the_send_timeout() {
     let s = probe()
         .flag("--send-timeout-ms", 500)
-        .start_with_env("RUST_LOG", Some("info,ankh::net=debug"));
+        .rust_log(Some("info,ankh::net=debug"))
+        .start();
     let mut stream = s.connect();
     stream
         .write_all(b"GET /probe/big?n=30000000 HTTP/1.1\r\nHost: a\r\n\r\n")

@@ -3,7 +3,7 @@
 
 use crate::wit;
 
-/// The host's packed head of `r` (`host/src/runtime/packed.rs`), written again from the
+/// The host's packed head of `r` (`host/src/runtime/engine/packed.rs`), written again from the
 /// layout documented in the WIT.
 pub(crate) fn encode_packed(r: &wit::Request) -> Vec<u8> {
     fn field(out: &mut Vec<u8>, bytes: &[u8]) {

@@ -233,7 +233,7 @@ mod tests {
             CloseCode::try_from(4001),
             CloseCode::application(4001).ok_or(WsError::Unsupported)
         );
-        // What the host refuses to send (`host/src/runtime/state.rs`), the SDK refuses to build.
+        // What the host refuses to send (`host/src/runtime/host/websocket.rs`), the SDK refuses to build.
         for reserved in [0, 999, 1004, 1005, 1006, 1015, 1016, 2999, 5000, u16::MAX] {
             assert_eq!(
                 CloseCode::try_from(reserved),

@@ -64,6 +64,16 @@ impl Default for Hub {
     }
 }
 
+impl Inner {
+    /// Connection `ws`, if it is open and `owner`'s; `Closed` otherwise, whichever it is.
+    fn own(&mut self, ws: WsId, owner: &str) -> Result<&mut Open, SubscribeError> {
+        self.open
+            .get_mut(&ws)
+            .filter(|c| &*c.owner == owner)
+            .ok_or(SubscribeError::Closed)
+    }
+}
+
 impl Hub {
     /// The hub of node `node` (0 outside a cluster), telling `roster` of every connection.
     pub(crate) fn new(node: u32, roster: Option<Arc<dyn Roster>>) -> Self {
@@ -158,11 +168,7 @@ impl Hub {
             return Err(SubscribeError::TooLarge);
         }
         let mut inner = self.lock();
-        let conn = inner
-            .open
-            .get_mut(&ws)
-            .filter(|c| &*c.owner == owner)
-            .ok_or(SubscribeError::Closed)?;
+        let conn = inner.own(ws, owner)?;
         if conn.topics.len() >= max_topics && !conn.topics.contains(topic) {
             return Err(SubscribeError::TooLarge);
         }
@@ -186,11 +192,7 @@ impl Hub {
         topic: &str,
     ) -> Result<(), SubscribeError> {
         let mut inner = self.lock();
-        let conn = inner
-            .open
-            .get_mut(&ws)
-            .filter(|c| &*c.owner == owner)
-            .ok_or(SubscribeError::Closed)?;
+        let conn = inner.own(ws, owner)?;
         conn.topics.remove(topic);
         if let Some(topics) = inner.topics.get_mut(owner) {
             if let Some(subs) = topics.get_mut(topic) {

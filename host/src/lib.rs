@@ -28,6 +28,9 @@ mod log_limit;
 // Sans-IO HTTP/1.1.
 pub mod proto;
 
+// Driving one future to its end from plain code.
+mod blocking;
+
 // Per-request text without the formatting machinery.
 mod text;
 

@@ -26,5 +26,5 @@ if [ -z "$wasmtime" ]; then
 fi
 (cd tests/components/js-hello && npm ci --no-audit --no-fund --silent)
 # The components are built as the tests build them; CI=1 makes a missing toolchain an error.
-CI=1 ANKH_WASMTIME=$wasmtime cargo test -p integration-tests --test integration \
+CI=1 ANKH_WASMTIME=$wasmtime cargo test -p ankh --test toolchains \
     wasi_http::record_fixtures -- --ignored --exact --nocapture

@@ -181,25 +181,7 @@ impl<T> Future for Waiting<T> {
     }
 }
 
-/// Runs `future` to its end on this thread, parking while it waits: for a thread with
-/// nothing else to do (the sweeper, tests) waiting on a backend's task.
-pub(super) fn block_on<F: Future>(future: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return output;
-        }
-        std::thread::park();
-    }
-}
+pub(super) use crate::blocking::block_on;
 
 #[cfg(test)]
 mod tests {

@@ -118,7 +118,8 @@ pub struct Options {
     pub args: Vec<String>,
     /// Run the server under `ulimit -n` of this many file descriptors.
     pub fd_limit: Option<u32>,
-    /// `RUST_LOG` for the server (`None`: unset, so the server's own default applies).
+    /// `RUST_LOG` for the server: `info` unless set here; `Some(None)` leaves it unset, so
+    /// the server's own default applies.
     pub rust_log: Option<Option<String>>,
     /// The command instead of `serve` (e.g. `dev SRC`).
     pub command: Vec<String>,
@@ -229,10 +230,10 @@ impl Options {
         TestServer::start_with(self)
     }
 
-    /// Starts with `RUST_LOG` set to `value`, or unset.
-    pub fn start_with_env(mut self, _name: &str, value: Option<&str>) -> TestServer {
+    /// Runs the server with `RUST_LOG` set to `value`, or unset (`None`).
+    pub fn rust_log(mut self, value: Option<&str>) -> Self {
         self.rust_log = Some(value.map(str::to_owned));
-        TestServer::start_with(self)
+        self
     }
 }
 

@@ -27,14 +27,7 @@ impl<S: Transport> HttpConn<S> {
         let mut out = Vec::new();
         let keep_alive =
             response::encode_simple(200, &[("allow", SERVER_METHODS)], "", &req, &mut out);
-        self.log_answer(200, out.len());
-        self.out.push(&out);
-        self.finish_exchange();
-        self.state = if keep_alive {
-            State::Head
-        } else {
-            State::Closing
-        };
+        self.send_answer(200, &out, keep_alive);
     }
 
     /// Writes a host-made response for the current request.
@@ -62,8 +55,14 @@ impl<S: Transport> HttpConn<S> {
         let mut out = Vec::new();
         let keep_alive =
             response::encode_simple(immediate.status, extra, &immediate.message, &req, &mut out);
-        self.log_answer(immediate.status, out.len());
-        self.out.push(&out);
+        self.send_answer(immediate.status, &out, keep_alive);
+    }
+
+    /// Logs and queues an answer of the host's, ending the exchange: the connection reads the
+    /// next request, or closes.
+    fn send_answer(&mut self, status: u16, bytes: &[u8], keep_alive: bool) {
+        self.log_answer(status, bytes.len());
+        self.out.push(bytes);
         self.finish_exchange();
         self.state = if keep_alive {
             State::Head

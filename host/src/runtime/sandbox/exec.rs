@@ -8,35 +8,12 @@ use std::cell::{Cell, OnceCell};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
-
-/// Wakes a thread parked in [`block_on`].
-struct Unpark(std::thread::Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
-}
+use std::task::Poll;
 
 /// Drives `future` on this thread, parking it while the future waits, with wasmtime-wasi's
 /// tokio runtime as the ambient one (WASI's sockets and files need a reactor).
 pub fn block_on<F: Future>(future: F) -> F::Output {
-    wasmtime_wasi::runtime::with_ambient_tokio_runtime(|| {
-        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-        let mut cx = Context::from_waker(&waker);
-        let mut future = std::pin::pin!(future);
-        loop {
-            if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-                return output;
-            }
-            std::thread::park();
-        }
-    })
+    wasmtime_wasi::runtime::with_ambient_tokio_runtime(|| crate::blocking::block_on(future))
 }
 
 /// What the executor of a thread tells the epoch checks of the guests it runs.

@@ -147,26 +147,8 @@ pub(crate) async fn race<T>(work: impl Future<Output = T>, stop: Stopping) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-    use std::task::Waker;
 
-    fn block_on<F: Future>(f: F) -> F::Output {
-        struct Unpark(std::thread::Thread);
-        impl std::task::Wake for Unpark {
-            fn wake(self: Arc<Self>) {
-                self.0.unpark();
-            }
-        }
-        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-        let mut cx = Context::from_waker(&waker);
-        let mut f = std::pin::pin!(f);
-        loop {
-            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-                return v;
-            }
-            std::thread::park();
-        }
-    }
+    use crate::blocking::block_on;
 
     #[test]
     fn a_wait_ends_at_the_deadline() {
