@@ -302,6 +302,8 @@ fn issue12_10_queued_requests_run_during_a_drain_and_only_what_cannot_start_gets
     let mut s = probe()
         .flag("--workers", 1)
         .flag("--max-calls", 1)
+        // The plugin's share above the total, so that the total and the queue are what bind.
+        .flag("--max-concurrency", 64)
         .flag("--drain-timeout-ms", 1000)
         .arg("--admin")
         .arg("127.0.0.1:0")

@@ -337,3 +337,29 @@ fn issue32_6_values_are_trimmed_and_targets_are_checked() {
             .starts_with("HTTP/1.1 200 ")
     );
 }
+
+// See: issue 32, finding 6: a policy with an environment variable named twice, or a route
+// that is a dot segment once percent-decoded (`/%2e%2e`), was accepted.
+#[test]
+fn issue32_6_a_policy_naming_a_variable_twice_or_a_dot_route_is_refused() {
+    let s = Options::default()
+        .plugin(plugins::HELLO)
+        .plugin_as("twice", plugins::PROBE)
+        .file("twice.toml", b"[capabilities]\nenv = [\"A=1\", \"A=2\"]\n")
+        .plugin_as("dots", plugins::ECHO)
+        .file("dots.toml", b"routes = [\"/%2e%2e\"]\n")
+        .start();
+    s.wait_for_log("twice.toml:2");
+    let log = s.wait_for_log("dots.toml:1");
+    assert!(
+        log.contains("twice.toml:2: capabilities.env: A is given twice"),
+        "{log}"
+    );
+    assert!(
+        log.contains("dots.toml:1: routes: \"/%2e%2e\" is not a mount prefix"),
+        "{log}"
+    );
+    assert_eq!(s.get("/twice/ok").0, 404);
+    assert_eq!(s.get("/%2e%2e").0, 404);
+    assert_eq!(s.get("/hello").0, 200);
+}

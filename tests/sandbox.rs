@@ -181,6 +181,9 @@ fn a72_a_full_queue_answers_503_with_retry_after_and_recovers() {
         .arg("1")
         .arg("--max-calls")
         .arg("1")
+        // The plugin's share above the total, so that the total and the queue are what bind.
+        .arg("--max-concurrency")
+        .arg("64")
         .arg("--queue-depth")
         .arg("1")
         .arg("--admin")

@@ -282,6 +282,8 @@ fn at_the_drain_deadline_queued_requests_of_every_loop_get_503() {
         .flag("--io-threads", 2)
         .flag("--workers", 1)
         .flag("--max-calls", 1)
+        // The plugin's share above the total, so that the total and the queue are what bind.
+        .flag("--max-concurrency", 64)
         .flag("--drain-timeout-ms", 1000)
         .arg("--admin")
         .arg("127.0.0.1:0")

@@ -119,6 +119,8 @@ fn issue18_calls_in_flight_are_bounded_and_the_rest_wait_in_the_queue() {
     let s = Options::default()
         .plugin(plugins::PROBE)
         .flag("--max-calls", 8)
+        // The plugin's share above the total, so that the total and the queue are what bind.
+        .flag("--max-concurrency", 64)
         .arg("--admin")
         .arg("127.0.0.1:0")
         .start();
