@@ -82,6 +82,8 @@ fn issue32_1_a_plugin_cannot_redirect_another_plugins_directory_grant() {
     s.eventually("/probe/write?path=/data/before.txt", |st, body| {
         st == 200 && body == "wrote"
     });
+    // The two load in either order: wait for the attacker too.
+    s.wait_for_log("plugin=hostile mount=/hostile");
     assert!(dir.join("shared/x/before.txt").is_file());
     std::fs::remove_file(dir.join("shared/x/before.txt")).unwrap();
 
