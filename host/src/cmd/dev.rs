@@ -8,7 +8,8 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use notify::{RecursiveMode, Watcher};
+use notify::event::ModifyKind;
+use notify::{EventKind, RecursiveMode, Watcher};
 
 use super::build as builder;
 
@@ -33,13 +34,14 @@ pub(crate) fn watch_and_rebuild(src: &Path, release: bool) -> anyhow::Result<()>
     let mut dirty: HashMap<PathBuf, Instant> = HashMap::new();
     loop {
         match rx.recv_timeout(SETTLE / 3) {
-            Ok(Ok(event)) => {
+            Ok(Ok(event)) if changes_content(&event.kind) => {
                 for path in event.paths {
                     if let Some(krate) = crate_of(&src, &path) {
                         dirty.insert(krate, Instant::now());
                     }
                 }
             }
+            Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::warn!("source watcher error: {e}"),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return Ok(()),
@@ -53,6 +55,19 @@ pub(crate) fn watch_and_rebuild(src: &Path, release: bool) -> anyhow::Result<()>
             dirty.remove(&krate);
             rebuild(&src, &krate, release);
         }
+    }
+}
+
+/// Whether an event can change what a build produces: a file created, written, renamed or
+/// removed. Opening, reading and closing a file, or changing only its metadata, cannot: cargo
+/// itself opens every crate's `Cargo.toml` on each build, so counting those would rebuild
+/// forever.
+fn changes_content(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Create(_) | EventKind::Remove(_) | EventKind::Any => true,
+        EventKind::Modify(ModifyKind::Metadata(_)) => false,
+        EventKind::Modify(_) => true,
+        EventKind::Access(_) | EventKind::Other => false,
     }
 }
 
@@ -93,5 +108,37 @@ fn rebuild(src: &Path, krate: &Path, release: bool) {
         Err(e) => eprintln!(
             "ankh dev: {name} failed to build ({e:#}); the previous version keeps serving"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use notify::event::{
+        AccessKind, AccessMode, CreateKind, DataChange, MetadataKind, RemoveKind, RenameMode,
+    };
+
+    use super::*;
+
+    #[test]
+    fn only_content_changes_count() {
+        for kind in [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any)),
+            EventKind::Modify(ModifyKind::Metadata(MetadataKind::WriteTime)),
+            EventKind::Other,
+        ] {
+            assert!(!changes_content(&kind), "{kind:?}");
+        }
+        for kind in [
+            EventKind::Create(CreateKind::File),
+            EventKind::Remove(RemoveKind::File),
+            EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+            EventKind::Modify(ModifyKind::Any),
+        ] {
+            assert!(changes_content(&kind), "{kind:?}");
+        }
     }
 }
