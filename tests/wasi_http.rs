@@ -628,6 +628,15 @@ fn proxy_plugins_go_through_ankh_pipeline() {
     assert_eq!(lengths.len(), 1, "{:?}", r.headers);
     assert_eq!(lengths[0].1, r.body.len().to_string());
 
+    // HEAD as axum answers it (GET's length, no body, a trap after the response is set) is
+    // answered like GET without a body, as `wasmtime serve` does (issue 33, finding 2).
+    let head = s.raw(b"HEAD /httpecho/length HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    assert_eq!(head.matches("content-length").count(), 1, "{head}");
+    assert!(head.contains("content-length: 5\r\n"), "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "{head}");
+    assert_eq!(s.get("/httpecho/length"), (200, "five!".to_owned()));
+
     // Trailers are dropped; the body arrives.
     let r = s.request(b"GET /httpecho/trailers HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!((r.status, r.text().as_str()), (200, "body before trailers"));

@@ -94,18 +94,35 @@ pub fn encode<F: Field>(
     let bodiless = status == 204 || status == 304;
     let empty = bodiless || status == 205;
 
+    // HEAD: a plugin that answers it without a body may declare the length GET's body would
+    // have (as a wasi:http component does). A length is sent only where it is the one GET
+    // would send (RFC 9110 §8.6): not where content coding would change it.
+    let declared = if req.head && body.is_empty() && !empty {
+        header(headers, "content-length").and_then(parse_length)
+    } else {
+        None
+    };
+    let mut length_unknown = false;
+
     // Content coding: only for a body we may change, of a type worth it.
     let mut coded: Option<(Coding, Vec<u8>)> = None;
     let mut vary = false;
     if !empty
         && header(headers, "content-encoding").is_none()
-        && encoding::compressible(header(headers, "content-type"), body.len())
+        && encoding::compressible(
+            header(headers, "content-type"),
+            declared.unwrap_or(body.len()),
+        )
     {
         vary = true;
         if let Some(coding) = encoding::negotiate(req.accept_encoding) {
-            let compressed = encoding::compress(coding, body);
-            if compressed.len() < body.len() {
-                coded = Some((coding, compressed));
+            if declared.is_some() {
+                length_unknown = true;
+            } else {
+                let compressed = encoding::compress(coding, body);
+                if compressed.len() < body.len() {
+                    coded = Some((coding, compressed));
+                }
             }
         }
     }
@@ -153,9 +170,10 @@ pub fn encode<F: Field>(
         out.extend_from_slice(coding.token().as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    if !bodiless {
+    if !bodiless && !length_unknown {
         out.extend_from_slice(b"content-length: ");
-        out.extend_from_slice(itoa::Buffer::new().format(payload.len()).as_bytes());
+        let length = declared.unwrap_or(payload.len());
+        out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
         out.extend_from_slice(b"\r\n");
     }
     connection_header(req.version, keep_alive, out);
@@ -164,6 +182,15 @@ pub fn encode<F: Field>(
         out.extend_from_slice(payload);
     }
     Ok(keep_alive)
+}
+
+/// A `Content-Length` value: decimal digits only, as RFC 9110 §8.6 writes it.
+fn parse_length(value: &[u8]) -> Option<usize> {
+    let value = trim_ows(value);
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok()
 }
 
 /// Appends a small plain-text response the host writes itself (an error, 404, 503...), or
@@ -450,6 +477,38 @@ mod tests {
         let t = text(200, &[], b"abcdef", req);
         assert!(t.contains("content-length: 6\r\n"));
         assert!(t.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn head_without_a_body_keeps_the_declared_length_when_get_would_send_it() {
+        let req = RequestMeta { head: true, ..GET };
+        // Declared, and GET would send it as is: sent, once, and no body.
+        let t = text(200, &[h("content-length", " 5 ")], b"", req);
+        assert_eq!(t.matches("content-length").count(), 1, "{t}");
+        assert!(t.contains("content-length: 5\r\n"), "{t}");
+        assert!(t.ends_with("\r\n\r\n"), "{t}");
+        // Not a number: the body's own length, zero.
+        let t = text(200, &[h("content-length", "5x")], b"", req);
+        assert!(t.contains("content-length: 0\r\n"), "{t}");
+        // A body was given: its length wins over the declared one.
+        let t = text(200, &[h("content-length", "99")], b"abc", req);
+        assert!(t.contains("content-length: 3\r\n"), "{t}");
+        // GET would be compressed for this client: its length is unknown, none is sent.
+        let gzip = RequestMeta {
+            accept_encoding: Some(b"gzip"),
+            ..req
+        };
+        let big = (crate::limits::GZIP_MIN_BYTES + 1).to_string();
+        let typed = [h("content-type", "text/plain"), h("content-length", &big)];
+        let t = text(200, &typed, b"", gzip);
+        assert!(!t.contains("content-length"), "{t}");
+        assert!(t.contains("vary: Accept-Encoding\r\n"), "{t}");
+        // ... and is sent for a client that takes no coding.
+        let t = text(200, &typed, b"", req);
+        assert!(t.contains(&format!("content-length: {big}\r\n")), "{t}");
+        // A GET is never framed by a declared length.
+        let t = text(200, &[h("content-length", "5")], b"", GET);
+        assert!(t.contains("content-length: 0\r\n"), "{t}");
     }
 
     #[test]

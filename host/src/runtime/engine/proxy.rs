@@ -73,6 +73,7 @@ async fn serve(
     context: Option<&mut dyn crate::runtime::host::http::Respond>,
 ) -> wasmtime::Result<types::Outcome> {
     let (tx, rx) = tokio::sync::oneshot::channel();
+    let head = incoming.method() == http::Method::HEAD;
     let (req, out) = {
         let mut view = store.data_mut().http();
         let req = view.new_incoming_request(Scheme::Http, incoming)?;
@@ -83,7 +84,7 @@ async fn serve(
     let stop = store.data().watch.stopped();
     let collect = async move {
         match rx.await {
-            Ok(Ok(response)) => read_response(response, cap).await,
+            Ok(Ok(response)) => read_response(response, cap, head).await,
             Ok(Err(code)) => Err(Answer(
                 500,
                 format!("the handler set an error response: {code:?}"),
@@ -112,24 +113,30 @@ async fn serve(
                 called = Some(done);
             }
             if matches!(called, Some(Err(_))) {
-                // A trap: whatever was read is not an answer.
-                return Poll::Ready(None);
+                // A trap: whatever was read is not an answer, unless it is a HEAD response,
+                // complete once set.
+                return match collect.as_mut().poll(cx) {
+                    Poll::Ready(answer) if head => Poll::Ready(Some(answer)),
+                    _ => Poll::Ready(None),
+                };
             }
             collect.as_mut().poll(cx).map(Some)
         })
         .await;
         match (called, collected, context) {
+            // A HEAD response set before a trap: the client has it, the trap is the call's.
+            (Some(Err(trap)), Some(Ok(Ok(response))), Some(context)) => {
+                send(context, response);
+                return Err(trap);
+            }
             (Some(done), collected, _) => (done, collected),
             // The response is complete and the guest still runs: it leaves now, and the
             // guest finishes within the call's bounds.
             (None, Some(Ok(answer)), Some(context)) => {
-                let response = answer.unwrap_or_else(|Answer(status, why)| refusal(status, &why));
-                let headers: Vec<_> = response
-                    .headers
-                    .into_iter()
-                    .map(|h| (h.name, h.value))
-                    .collect();
-                let _ = context.respond(response.status, &headers, &response.body);
+                send(
+                    context,
+                    answer.unwrap_or_else(|Answer(status, why)| refusal(status, &why)),
+                );
                 call.await?;
                 return Ok(types::Outcome::Done);
             }
@@ -149,6 +156,16 @@ async fn serve(
         }
         None => unreachable!("only a trap leaves the body unread, and it returned above"),
     })
+}
+
+/// Sends `response` through the call's early answer; the guest may work on.
+fn send(context: &mut dyn crate::runtime::host::http::Respond, response: types::Response) {
+    let headers: Vec<_> = response
+        .headers
+        .into_iter()
+        .map(|h| (h.name, h.value))
+        .collect();
+    let _ = context.respond(response.status, &headers, &response.body);
 }
 
 /// Why a proxy call gives no response of its own: the status the client gets, and why.
@@ -230,16 +247,36 @@ fn to_http(request: &types::Request) -> Result<http::Request<Full<Bytes>>, Strin
 }
 
 /// The guest's response with its body read to the end, at most `cap` bytes.
+///
+/// For HEAD (`head`), a body that fails is no failure, since none of it would be sent: axum,
+/// for one, keeps GET's `content-length` on HEAD and writes nothing, so finishing the body
+/// fails and the guest traps after setting its response. The answer is then the head, with
+/// the length the guest declared for the response writer to send where GET would.
 async fn read_response(
     response: http::Response<HyperOutgoingBody>,
     cap: u64,
+    head: bool,
 ) -> Result<types::Response, Answer> {
     let (parts, mut body) = response.into_parts();
     let mut bytes = Vec::new();
     let mut on_loop = true;
     while let Some(frame) = body.frame().await {
-        let frame =
-            frame.map_err(|e| Answer(500, format!("the handler's response body failed: {e}")))?;
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(_) if head => {
+                return Ok(types::Response {
+                    status: parts.status.as_u16(),
+                    headers: response_headers(&parts.headers, &["trailer"]),
+                    body: Vec::new(),
+                });
+            }
+            Err(e) => {
+                return Err(Answer(
+                    500,
+                    format!("the handler's response body failed: {e}"),
+                ));
+            }
+        };
         if let Ok(data) = frame.into_data() {
             if (bytes.len() + data.len()) as u64 > cap {
                 return Err(Answer(
@@ -256,21 +293,24 @@ async fn read_response(
         }
         // Trailers are dropped: the body is buffered, and ankh's responses carry none.
     }
-    let headers = parts
-        .headers
+    Ok(types::Response {
+        status: parts.status.as_u16(),
+        headers: response_headers(&parts.headers, &DROPPED_RESPONSE_HEADERS),
+        body: bytes,
+    })
+}
+
+/// The guest's response headers, without wasi:http's forbidden ones and `dropped`.
+fn response_headers(headers: &http::HeaderMap, dropped: &[&str]) -> Vec<types::Header> {
+    headers
         .iter()
         .filter(|(name, _)| {
-            !DROPPED_RESPONSE_HEADERS.contains(&name.as_str())
+            !dropped.contains(&name.as_str())
                 && !wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS.contains(name)
         })
         .map(|(name, value)| types::Header {
             name: name.as_str().to_owned(),
             value: value.as_bytes().to_vec(),
         })
-        .collect();
-    Ok(types::Response {
-        status: parts.status.as_u16(),
-        headers,
-        body: bytes,
-    })
+        .collect()
 }

@@ -12,7 +12,8 @@
 //!   after `response-outparam.set`, or all of them before it with `before=1`
 //! - `/unfinished`: sets a response, writes a little, and returns without finishing the body
 //! - `/count`: how many requests this instance has handled, this one included
-//! - `/length`: `five!` with the guest's own (right) `content-length: 5`
+//! - `/length`: `five!` with the guest's own (right) `content-length: 5`; for HEAD, that
+//!   length and no body, and the guest then traps (as an axum handler does)
 //! - `/trailers`: `body before trailers`, finished with a trailer `x-trailer: t`
 //! - `/after?ms=N`: answers `answered` in full, then waits N ms and prints `after N ms` on
 //!   stdout; `/after?ms=N&trap=1` panics instead of printing
@@ -173,7 +174,14 @@ impl wasip2::exports::http::incoming_handler::Guest for Echo {
             "/length" => {
                 let mut headers = text();
                 headers.push(("content-length", b"5".to_vec()));
-                respond(out, 200, &headers, b"five!");
+                // HEAD as axum answers it: GET's length, and no body, so finishing the body
+                // fails and the guest traps after setting its response.
+                let body: &[u8] = if matches!(request.method(), Method::Head) {
+                    b""
+                } else {
+                    b"five!"
+                };
+                respond(out, 200, &headers, body);
             }
             "/trailers" => {
                 let response = OutgoingResponse::new(Fields::new());
