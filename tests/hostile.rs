@@ -365,3 +365,47 @@ fn issue32_6_a_policy_naming_a_variable_twice_or_a_dot_route_is_refused() {
     assert_eq!(s.get("/%2e%2e").0, 404);
     assert_eq!(s.get("/hello").0, 200);
 }
+
+// See: issue 33, finding 8: a chatty component's lines reached the log one INFO line each,
+// with no rate limit per plugin. A plugin flooding its stdout and `log` gets its budget of
+// lines a second, the rest counted and said in one warning; its neighbour's lines still pass.
+#[test]
+fn issue33_8_a_plugin_cannot_flood_the_log() {
+    let s = Options::default()
+        .plugin(plugins::HOSTILE)
+        .plugin(plugins::PROBE)
+        .flag("--admin", "127.0.0.1:0")
+        .start();
+    let flood: u32 = 20_000;
+    assert_eq!(
+        s.get(&format!("/hostile/chatty?lines={flood}")).1,
+        format!("said {flood}")
+    );
+    // The next line to pass (the budget refills within milliseconds) says how many were
+    // dropped.
+    const WARNING: &str = "log lines of this plugin were dropped";
+    for _ in 0..100 {
+        assert_eq!(s.get("/hostile/chatty?lines=1").1, "said 1");
+        if s.log().contains(WARNING) {
+            break;
+        }
+    }
+    let log = s.wait_for_log(WARNING);
+    let passed = log.matches("chatty ").count();
+    assert!(
+        passed < flood as usize,
+        "{passed} of {} flooding lines reached the log",
+        2 * flood
+    );
+    let scrape = crate::metrics::scrape(crate::metrics::admin_addr(&s));
+    let dropped = crate::metrics::value(
+        &scrape,
+        "ankh_plugin_log_lines_dropped_total",
+        &[("plugin", "hostile")],
+    );
+    assert!(dropped >= f64::from(flood), "{dropped}");
+    // The budget is the plugin's own: another plugin's lines pass at once.
+    assert_eq!(s.get("/probe/log?marker=neighbour").1, "logged");
+    s.wait_for_log("stdout neighbour");
+    s.wait_for_log("log neighbour");
+}

@@ -109,6 +109,8 @@ pub struct PluginMetrics {
     /// Calls started and not finished: running, or suspended in a wait.
     pub calls_in_flight: AtomicI64,
     pub reloads: AtomicU64,
+    /// Log lines dropped over [`GUEST_LOG_LINES_PER_SECOND`](crate::limits::GUEST_LOG_LINES_PER_SECOND).
+    pub log_lines_dropped: AtomicU64,
 }
 
 /// Outbound requests to one origin.
@@ -386,12 +388,18 @@ impl Metrics {
                 "ankh_plugin_request_duration_seconds_count{{plugin=\"{plugin}\"}} {count}"
             );
         }
-        let per_plugin: [Family; 11] = [
+        let per_plugin: [Family; 12] = [
             (
                 "ankh_plugin_traps_total",
                 "Calls that trapped.",
                 "counter",
                 |m| m.traps.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "ankh_plugin_log_lines_dropped_total",
+                "Log lines dropped over the plugin's rate of lines a second.",
+                "counter",
+                |m| m.log_lines_dropped.load(Ordering::Relaxed).to_string(),
             ),
             (
                 "ankh_plugin_deadline_hits_total",

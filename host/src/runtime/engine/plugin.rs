@@ -38,6 +38,8 @@ pub struct Plugin {
     pub(crate) outbound: Arc<crate::runtime::host::outbound::Outbound>,
     /// How many writes a wasi:http body stream may buffer.
     body_buffer_chunks: usize,
+    /// Its lines in the host's log, bounded across its instances.
+    log_budget: Arc<crate::runtime::host::stdio::LogBudget>,
     /// How long compiling and checking took.
     pub load_time: Duration,
     /// The compiled code came from the disk cache.
@@ -218,6 +220,7 @@ impl Plugin {
         Ok(Plugin {
             outbound,
             body_buffer_chunks,
+            log_budget: crate::runtime::host::stdio::LogBudget::new(metrics.clone()),
             kv: runtime.config.store.namespace(&name, limits.kv),
             instances: crate::runtime::engine::instances::InstancePool::new(
                 policy.max_idle_instances,
@@ -270,7 +273,7 @@ impl Plugin {
 
     /// A fresh store for this plugin, with its limits armed.
     pub(crate) fn new_store(&self, ws: Option<Arc<dyn WebSockets>>) -> Store<HostState> {
-        let tags = LogTags::new(self.name.clone());
+        let tags = LogTags::new(self.name.clone(), self.log_budget.clone());
         let wasi = crate::runtime::engine::wasi::context(&self.policy, &self.limits, &tags);
         let state = HostState::new(
             wasi,

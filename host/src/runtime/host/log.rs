@@ -10,6 +10,9 @@ impl log::Host for HostState {
     /// are escaped (a plugin cannot forge a line of the host's log), and a message over
     /// [`GuestLimits::log_message_bytes`](crate::runtime::sandbox::guest_limits::GuestLimits::log_message_bytes) is cut, saying how long it was.
     fn log(&mut self, level: LogLevel, message: String, fields: Vec<(String, String)>) {
+        if !self.tags.admit() {
+            return;
+        }
         let plugin = &**self.plugin();
         let request = format_args!("{:016x}", self.tags.request());
         let cap = self.limits.log_message_bytes;

@@ -2,39 +2,119 @@
 //!
 //! Each line becomes one `tracing` event tagged with the plugin's name, the stream and the id of
 //! the request being handled, so `println!` in a plugin is a usable log, and a plugin cannot
-//! write to the host's own stdout.
+//! write to the host's own stdout. Control characters are escaped, and a plugin's lines (these
+//! and its `log` calls) are bounded by [`LogBudget`].
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use bytes::Bytes;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
-use crate::limits::GUEST_LOG_LINE_BYTES;
+use crate::limits::{GUEST_LOG_LINE_BYTES, GUEST_LOG_LINES_PER_SECOND};
 
-/// What a log line from a plugin is tagged with. One per instance; the request id changes with
-/// every call.
+/// What a log line from a plugin is tagged with, and the plugin's budget of lines. One per
+/// instance; the request id changes with every call.
 #[derive(Debug)]
 pub(crate) struct LogTags {
     pub plugin: Arc<str>,
     pub request: AtomicU64,
+    budget: Arc<LogBudget>,
 }
 
 impl LogTags {
-    pub(crate) fn new(plugin: Arc<str>) -> Arc<Self> {
+    pub(crate) fn new(plugin: Arc<str>, budget: Arc<LogBudget>) -> Arc<Self> {
         Arc::new(LogTags {
             plugin,
             request: AtomicU64::new(0),
+            budget,
         })
     }
 
     /// The id of the request being handled, 0 outside a request.
     pub(crate) fn request(&self) -> u64 {
         self.request.load(Ordering::Relaxed)
+    }
+
+    /// Whether the plugin may log one more line now. When lines were dropped before this
+    /// one, a warning saying how many is logged first.
+    pub(crate) fn admit(&self) -> bool {
+        match self.budget.take() {
+            Admit::Yes { dropped: 0 } => true,
+            Admit::Yes { dropped } => {
+                tracing::warn!(
+                    target: "ankh::plugin",
+                    plugin = %self.plugin,
+                    dropped,
+                    "{dropped} log lines of this plugin were dropped: over {} lines a second",
+                    GUEST_LOG_LINES_PER_SECOND
+                );
+                true
+            }
+            Admit::No => false,
+        }
+    }
+}
+
+/// One plugin's budget of log lines, shared by all its instances: a token bucket of
+/// [`GUEST_LOG_LINES_PER_SECOND`] lines that refills at that rate.
+#[derive(Debug)]
+pub(crate) struct LogBudget {
+    state: Mutex<Bucket>,
+    /// Counts the dropped lines for `/metrics`.
+    dropped_total: Arc<crate::metrics::PluginMetrics>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    refilled: Instant,
+    /// Dropped since the last warning.
+    dropped: u64,
+}
+
+enum Admit {
+    /// The line may be logged; `dropped` were dropped before it.
+    Yes {
+        dropped: u64,
+    },
+    No,
+}
+
+impl LogBudget {
+    pub(crate) fn new(metrics: Arc<crate::metrics::PluginMetrics>) -> Arc<Self> {
+        Arc::new(LogBudget {
+            state: Mutex::new(Bucket {
+                tokens: f64::from(GUEST_LOG_LINES_PER_SECOND),
+                refilled: Instant::now(),
+                dropped: 0,
+            }),
+            dropped_total: metrics,
+        })
+    }
+
+    fn take(&self) -> Admit {
+        let mut b = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        let rate = f64::from(GUEST_LOG_LINES_PER_SECOND);
+        b.tokens = (b.tokens + now.duration_since(b.refilled).as_secs_f64() * rate).min(rate);
+        b.refilled = now;
+        if b.tokens < 1.0 {
+            b.dropped += 1;
+            self.dropped_total
+                .log_lines_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            return Admit::No;
+        }
+        b.tokens -= 1.0;
+        Admit::Yes {
+            dropped: std::mem::take(&mut b.dropped),
+        }
     }
 }
 
@@ -109,6 +189,10 @@ impl LineWriter {
         let line = String::from_utf8_lossy(&self.partial);
         let line = line.trim_end_matches('\r');
         if line.is_empty() {
+            self.partial.clear();
+            return;
+        }
+        if !self.out.tags.admit() {
             self.partial.clear();
             return;
         }

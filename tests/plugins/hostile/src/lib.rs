@@ -187,6 +187,20 @@ fn pollables(req: &Request) -> String {
     format!("leaked {n}")
 }
 
+/// `?lines=N`: N lines on stdout and N `log` calls, as fast as it can (`lines` at most 100,000).
+fn chatty(req: &Request) -> String {
+    let lines: u32 = req
+        .query_param("lines")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+        .min(100_000);
+    for i in 0..lines {
+        println!("chatty stdout {i}");
+        log::info(&format!("chatty log {i}"));
+    }
+    format!("said {lines}")
+}
+
 fn log_forge(_req: &Request) -> &'static str {
     log::info("innocent\n2026-12-01T00:00:00.000000Z  INFO ankh: forged line");
     log::info(&"y".repeat(100 * 1024));
@@ -341,6 +355,7 @@ fn router() -> Router {
             std::process::exit(number(req, "code", 3) as i32)
         })
         .get("/log-forge", log_forge)
+        .get("/chatty", chatty)
         .get("/header", header)
         .get("/clock", clock)
         .get("/http-flood", http_flood)
