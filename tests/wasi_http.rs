@@ -557,6 +557,12 @@ fn check_names_the_world_and_refuses_wasi_0_3() {
         text.contains("wasi:http/handler@0.3") && text.contains("WASI 0.3"),
         "{text}"
     );
+    // No instance policy for a world it does not have (issue 33, finding 8).
+    assert!(
+        text.contains("instances:     none: the plugin does not load"),
+        "{text}"
+    );
+    assert!(!text.contains("per worker"), "{text}");
 
     // Served, it is refused with the same reason and the rest is served.
     let s = Options::default()

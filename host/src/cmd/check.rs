@@ -83,9 +83,9 @@ pub(crate) fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report>
     // The policy the plugin runs under (its world may change a default: a proxy component
     // gets a fresh instance per request), or the file's, when the plugin does not load.
     match (name, &loaded) {
-        (_, Some(Ok(plugin))) => describe(&plugin.policy, &mut text),
+        (_, Some(Ok(plugin))) => describe(&plugin.policy, true, &mut text),
         (Some(name), _) => match Policy::for_plugin(path, name, &config.limits) {
-            Ok(policy) => describe(&policy, &mut text),
+            Ok(policy) => describe(&policy, false, &mut text),
             Err(e) => {
                 let _ = writeln!(text, "policy:   {}", e.message);
             }
@@ -123,8 +123,9 @@ fn size(bytes: u64) -> String {
     }
 }
 
-/// The policy in words.
-fn describe(policy: &Policy, text: &mut String) {
+/// The policy in words. `loaded`: the plugin loaded, so its world has set how its instances
+/// are used.
+fn describe(policy: &Policy, loaded: bool, text: &mut String) {
     let from = policy
         .source
         .as_ref()
@@ -182,6 +183,8 @@ fn describe(policy: &Policy, text: &mut String) {
         policy.limits.max_concurrency
     );
     let mode = match (policy.fresh_instances, policy.recycle_after) {
+        // The world decides how instances are used, and a plugin that does not load has none.
+        _ if !loaded => "none: the plugin does not load".to_owned(),
         (true, _) => "a fresh instance per request".to_owned(),
         (false, Some(n)) => format!("one per worker, replaced after {n} calls"),
         (false, None) => "one per worker, reused across requests".to_owned(),
