@@ -21,7 +21,16 @@ fn a68_drop_in_replace_and_delete_without_a_restart() {
     assert_eq!(s.get("/v").0, 404);
     s.install("v", plugins::HELLO);
     s.eventually("/v", is_hello);
-    assert!(s.log().contains("loaded in"));
+    let log = s.log();
+    assert!(log.contains("loaded in"), "{log}");
+    // Said when it starts, with its size, before the load ends (issue 33, finding 6).
+    let size = std::fs::metadata(plugins::HELLO).unwrap().len();
+    let starting = format!("loading plugin=v bytes={size}");
+    let (started, ended) = (log.find(&starting), log.find("loaded in"));
+    assert!(
+        started.is_some_and(|a| ended.is_some_and(|b| a < b)),
+        "{log}"
+    );
     s.install("v", plugins::ECHO);
     s.eventually("/v", is_echo);
     s.wait_for_log("replaced in");

@@ -275,6 +275,11 @@ impl Loads {
     }
 
     fn load_now(&self, name: &str, path: PathBuf, startup: bool) {
+        // Said when it starts: compiling a large component takes seconds.
+        match std::fs::metadata(&path) {
+            Ok(m) => tracing::info!(plugin = %name, bytes = m.len(), "loading"),
+            Err(_) => tracing::info!(plugin = %name, "loading"),
+        }
         let compiled = Plugin::compile(&self.runtime, name, &path);
         if startup {
             let mut state = self.lock();
