@@ -60,10 +60,11 @@ pub(crate) fn warn_unusable_name(path: &Path) {
 #[derive(Debug)]
 enum Action {
     /// `startup`: one of the start batch, counted in [`State::compiling`] and
-    /// [`State::starting`].
+    /// [`State::starting`]; `bytes`: the file's size when it was read for its digest.
     Load {
         path: PathBuf,
         startup: bool,
+        bytes: u64,
     },
     Unmount(PathBuf),
 }
@@ -212,7 +213,16 @@ impl Loads {
             state.starting += 1;
         }
         let path = path.to_owned();
-        self.run(state, name, Action::Load { path, startup });
+        let size = bytes.len() as u64;
+        self.run(
+            state,
+            name,
+            Action::Load {
+                path,
+                startup,
+                bytes: size,
+            },
+        );
     }
 
     /// Unmounts the plugin whose file was `path`, after any load of it in flight.
@@ -252,7 +262,11 @@ impl Loads {
     fn work(&self, name: String, mut action: Action) {
         loop {
             match action {
-                Action::Load { path, startup } => self.load_now(&name, path, startup),
+                Action::Load {
+                    path,
+                    startup,
+                    bytes,
+                } => self.load_now(&name, path, startup, bytes),
                 Action::Unmount(path) => {
                     if let Some(slot) = self.lock().slots.get_mut(&name) {
                         slot.digest = None;
@@ -274,12 +288,9 @@ impl Loads {
         }
     }
 
-    fn load_now(&self, name: &str, path: PathBuf, startup: bool) {
+    fn load_now(&self, name: &str, path: PathBuf, startup: bool, bytes: u64) {
         // Said when it starts: compiling a large component takes seconds.
-        match std::fs::metadata(&path) {
-            Ok(m) => tracing::info!(plugin = %name, bytes = m.len(), "loading"),
-            Err(_) => tracing::info!(plugin = %name, "loading"),
-        }
+        tracing::info!(plugin = %name, bytes, "loading");
         let compiled = Plugin::compile(&self.runtime, name, &path);
         if startup {
             let mut state = self.lock();
