@@ -146,8 +146,8 @@ pub const GZIP_LEVEL: u32 = 1;
 /// Longest line a plugin may write to stdout/stderr before it is split.
 pub const GUEST_LOG_LINE_BYTES: usize = 4 * 1024;
 
-/// Lines a plugin may put in the host's log a second (stdout, stderr and `log` calls
-/// together), and as many at once after a quiet second. Past it lines are dropped and counted
+/// Lines a plugin may put in the host's log in each one-second window (stdout, stderr and
+/// `log` calls together). Past it lines are dropped and counted
 /// (`ankh_plugin_log_lines_dropped_total`), and the next line that passes is preceded by a
 /// warning saying how many were dropped: a chatty or hostile plugin cannot flood the log.
 pub const GUEST_LOG_LINES_PER_SECOND: u32 = 1000;

@@ -23,6 +23,8 @@ pub(crate) struct LogLimit {
     /// Lines asked for in the current window.
     count: AtomicU64,
     suppressed: AtomicU64,
+    /// Lines allowed per window.
+    burst: u64,
 }
 
 impl Default for LogLimit {
@@ -33,10 +35,16 @@ impl Default for LogLimit {
 
 impl LogLimit {
     pub(crate) const fn new() -> Self {
+        Self::with_burst(BURST)
+    }
+
+    /// A limit of `burst` lines per [`REPEAT_INTERVAL`].
+    pub(crate) const fn with_burst(burst: u64) -> Self {
         LogLimit {
             window_ms: AtomicU64::new(0),
             count: AtomicU64::new(0),
             suppressed: AtomicU64::new(0),
+            burst,
         }
     }
 
@@ -53,7 +61,7 @@ impl LogLimit {
         {
             self.count.store(0, Ordering::Relaxed);
         }
-        if self.count.fetch_add(1, Ordering::Relaxed) < BURST {
+        if self.count.fetch_add(1, Ordering::Relaxed) < self.burst {
             return Some(self.suppressed.swap(0, Ordering::Relaxed));
         }
         self.suppressed.fetch_add(1, Ordering::Relaxed);

@@ -7,16 +7,16 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use bytes::Bytes;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
 use crate::limits::{GUEST_LOG_LINE_BYTES, GUEST_LOG_LINES_PER_SECOND};
+use crate::log_limit::LogLimit;
 
 /// What a log line from a plugin is tagged with, and the plugin's budget of lines. One per
 /// instance; the request id changes with every call.
@@ -44,9 +44,9 @@ impl LogTags {
     /// Whether the plugin may log one more line now. When lines were dropped before this
     /// one, a warning saying how many is logged first.
     pub(crate) fn admit(&self) -> bool {
-        match self.budget.take() {
-            Admit::Yes { dropped: 0 } => true,
-            Admit::Yes { dropped } => {
+        match self.budget.limit.allow() {
+            Some(0) => true,
+            Some(dropped) => {
                 tracing::warn!(
                     target: "ankh::plugin",
                     plugin = %self.plugin,
@@ -56,65 +56,33 @@ impl LogTags {
                 );
                 true
             }
-            Admit::No => false,
+            None => {
+                self.budget
+                    .metrics
+                    .log_lines_dropped
+                    .fetch_add(1, Ordering::Relaxed);
+                false
+            }
         }
     }
 }
 
-/// One plugin's budget of log lines, shared by all its instances: a token bucket of
-/// [`GUEST_LOG_LINES_PER_SECOND`] lines that refills at that rate.
+/// One plugin's budget of log lines, shared by all its instances:
+/// [`GUEST_LOG_LINES_PER_SECOND`] in each one-second window, as the host limits its own
+/// repeated warnings.
 #[derive(Debug)]
 pub(crate) struct LogBudget {
-    state: Mutex<Bucket>,
-    /// Counts the dropped lines for `/metrics`.
-    dropped_total: Arc<crate::metrics::PluginMetrics>,
-}
-
-#[derive(Debug)]
-struct Bucket {
-    tokens: f64,
-    refilled: Instant,
-    /// Dropped since the last warning.
-    dropped: u64,
-}
-
-enum Admit {
-    /// The line may be logged; `dropped` were dropped before it.
-    Yes {
-        dropped: u64,
-    },
-    No,
+    limit: LogLimit,
+    /// Where the dropped lines are counted.
+    metrics: Arc<crate::metrics::PluginMetrics>,
 }
 
 impl LogBudget {
     pub(crate) fn new(metrics: Arc<crate::metrics::PluginMetrics>) -> Arc<Self> {
         Arc::new(LogBudget {
-            state: Mutex::new(Bucket {
-                tokens: f64::from(GUEST_LOG_LINES_PER_SECOND),
-                refilled: Instant::now(),
-                dropped: 0,
-            }),
-            dropped_total: metrics,
+            limit: LogLimit::with_burst(u64::from(GUEST_LOG_LINES_PER_SECOND)),
+            metrics,
         })
-    }
-
-    fn take(&self) -> Admit {
-        let mut b = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        let rate = f64::from(GUEST_LOG_LINES_PER_SECOND);
-        b.tokens = (b.tokens + now.duration_since(b.refilled).as_secs_f64() * rate).min(rate);
-        b.refilled = now;
-        if b.tokens < 1.0 {
-            b.dropped += 1;
-            self.dropped_total
-                .log_lines_dropped
-                .fetch_add(1, Ordering::Relaxed);
-            return Admit::No;
-        }
-        b.tokens -= 1.0;
-        Admit::Yes {
-            dropped: std::mem::take(&mut b.dropped),
-        }
     }
 }
 
