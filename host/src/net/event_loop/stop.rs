@@ -75,6 +75,9 @@ impl EventLoop {
         self.drain_deadline = Some(Instant::now() + self.limits.drain_timeout);
         if let Some(mut listener) = self.listener.take() {
             let _ = self.poll.registry().deregister(&mut listener);
+            // Closed before it is said, so that a client that reads the line finds the port
+            // closed.
+            drop(listener);
             // The loop that accepted says it once, for all of them.
             tracing::info!(
                 connections = self.metrics.connections_open.load(Ordering::Relaxed),
