@@ -172,8 +172,10 @@ fn a_wasi_keyvalue_component_runs_on_its_own_store() {
     assert_eq!(s.get("/wasikv/batch"), (200, "a=1,b=2,c=-,a:false".into()));
     assert_eq!(s.get("/wasikv/del?key=x").1, "ok");
     assert_eq!(s.get("/wasikv/exists?key=x").1, "false");
-    // Only its own store: another name is no store at all.
-    let (status, body) = s.get("/wasikv/open?name=kvprobe");
+    // Only its own store: another plugin's name opens a bucket of wasikv's own, and a name
+    // no bucket can have is no store at all.
+    assert_eq!(s.get("/wasikv/open?name=kvprobe"), (200, "ok".into()));
+    let (status, body) = s.get(&format!("/wasikv/open?name={}", "x".repeat(65)));
     assert_eq!(status, 500);
     assert!(body.contains("NoSuchStore"), "{body}");
     assert_eq!(
@@ -903,12 +905,15 @@ fn a_hostile_plugin_reaches_no_other_store_and_every_call_is_bounded() {
     assert!(results["get-many"].contains("TooLarge"), "{body}");
     assert!(results["set-many"].contains("TooLarge"), "{body}");
     assert!(results["cursor"].contains("Invalid"), "{body}");
-    // wasi:keyvalue: another plugin's store by any name, and a forged cursor.
-    for name in ["kvprobe", "../kvprobe", "kv/kvprobe", "hostile"] {
-        let (status, body) = s.get(&format!("/wasikv/open?name={name}"));
-        assert_eq!(status, 500, "{name}: {body}");
-        assert!(body.contains("NoSuchStore"), "{name}: {body}");
+    // wasi:keyvalue: another plugin's name (or a path to it) opens a bucket of wasikv's own,
+    // where the victim's key is not; a name no bucket can have is no store.
+    for name in ["kvprobe", "../kvprobe", "kv/kvprobe", "hostile", "%00kvprobe%00"] {
+        let (status, body) = s.get(&format!("/wasikv/get?key=secret&bucket={name}"));
+        assert_eq!(status, 404, "{name}: {body}");
     }
+    let (status, body) = s.get(&format!("/wasikv/open?name={}", "k".repeat(65)));
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("NoSuchStore"), "{body}");
     let (status, body) = s.get("/wasikv/forge?cursor=1");
     assert_eq!(status, 500, "{body}");
     assert!(body.contains("unknown or too old"), "{body}");

@@ -735,3 +735,104 @@ fn a_proxy_plugin_is_replaced_live() {
         status == 200 && body == "hello from wstd\n"
     });
 }
+
+/// One request on a fresh connection that the server closes after it: the raw answer.
+fn once(s: &crate::harness::TestServer, method: &str, path: &str, body: &[u8]) -> String {
+    let mut bytes = format!(
+        "{method} {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    bytes.extend_from_slice(body);
+    s.raw(&bytes)
+}
+
+/// The body of a raw answer, after its head.
+fn body_of(answer: &str) -> &str {
+    answer.split_once("\r\n\r\n").map_or("", |(_, body)| body)
+}
+
+// See: issue 33, findings 2 and 3. An axum component written as wasmCloud's templates write
+// one (`httpaxum`: wstd-axum, wasi:keyvalue through wit-bindgen, no ankh SDK): HEAD is
+// answered like GET without a body although axum keeps the Content-Length, and `open` of any
+// bucket name gives a key space of the plugin's own, under its one quota.
+#[test]
+fn an_axum_component_answers_head_and_opens_buckets_of_its_own() {
+    let data = crate::harness::TempDir::new("httpaxum");
+    let s = Options::default()
+        .plugin(plugins::HTTPAXUM)
+        .plugin(plugins::WASIKV)
+        .file("httpaxum.toml", b"[limits]\nkv_max_bytes = 4000\n")
+        .data_dir(data.path())
+        .start();
+
+    let get = once(&s, "GET", "/httpaxum/", b"");
+    assert!(get.starts_with("HTTP/1.1 200"), "{get}");
+    assert_eq!(body_of(&get), "hello from axum\n");
+    let head = once(&s, "HEAD", "/httpaxum/", b"");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("\r\ncontent-length: 16\r\n"),
+        "HEAD keeps GET's length: {head}"
+    );
+    assert_eq!(body_of(&head), "", "HEAD has no body");
+    assert!(!s.log().contains("trap"), "{}", s.log());
+
+    // Buckets by name: "in_memory" (wasmCloud's), another name, and the default one.
+    for (bucket, value) in [("in_memory", "cached"), ("sessions", "alice")] {
+        let put = once(
+            &s,
+            "PUT",
+            &format!("/httpaxum/kv/{bucket}/greeting"),
+            value.as_bytes(),
+        );
+        assert!(put.starts_with("HTTP/1.1 204"), "{put}");
+    }
+    let read = |bucket: &str, key: &str| {
+        let answer = once(&s, "GET", &format!("/httpaxum/kv/{bucket}/{key}"), b"");
+        let status: u16 = answer[9..12].parse().unwrap();
+        (status, body_of(&answer).to_owned())
+    };
+    assert_eq!(read("in_memory", "greeting"), (200, "cached".into()));
+    assert_eq!(read("sessions", "greeting"), (200, "alice".into()));
+    assert_eq!(
+        read("default", "greeting").0,
+        404,
+        "the plain space is apart"
+    );
+    assert_eq!(read("other", "greeting").0, 404, "a fresh bucket is empty");
+    for expect in ["1\n", "2\n"] {
+        let incr = once(&s, "POST", "/httpaxum/kv/in_memory/hits/incr", b"");
+        assert_eq!(body_of(&incr), expect, "{incr}");
+    }
+    let list = once(&s, "GET", "/httpaxum/kv/in_memory", b"");
+    assert_eq!(body_of(&list), "greeting\nhits\n", "{list}");
+    let list = once(&s, "GET", "/httpaxum/kv/default", b"");
+    assert_eq!(
+        body_of(&list),
+        "",
+        "no bucket key leaks into the plain listing"
+    );
+    // A name no bucket can have is no store.
+    let bad = once(&s, "GET", "/httpaxum/kv/a%20b/greeting", b"");
+    assert!(
+        bad.starts_with("HTTP/1.1 500") && bad.contains("NoSuchStore"),
+        "{bad}"
+    );
+
+    // One quota for every bucket: 4000 bytes, mostly filled through one bucket, refuse the
+    // next write in another.
+    let big = vec![b'x'; 3000];
+    let put = once(&s, "PUT", "/httpaxum/kv/sessions/big", &big);
+    assert!(put.starts_with("HTTP/1.1 204"), "{put}");
+    let full = once(&s, "PUT", "/httpaxum/kv/in_memory/big", &big);
+    assert!(
+        full.starts_with("HTTP/1.1 500") && full.contains("full"),
+        "{full}"
+    );
+
+    // Still only its own: another plugin's bucket of the same name does not see these keys.
+    assert_eq!(s.get("/wasikv/open?name=in_memory"), (200, "ok".into()));
+    assert_eq!(s.get("/wasikv/get?key=greeting").0, 404);
+}

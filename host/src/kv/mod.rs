@@ -10,7 +10,8 @@
 //! - [`rules`]: what each write does (quotas, expiry, compare-and-swap, increment), written once
 //!   over a small transaction trait that both backends implement.
 //! - [`Namespace`]: one plugin's handle, which checks sizes and batch bounds before a call
-//!   reaches the backend.
+//!   reaches the backend. [`Namespace::bucket`] is a named `wasi:keyvalue` bucket inside it:
+//!   a key space of its own under the same quota.
 //!
 //! Every namespace is bounded: the size of a key, of a value, of a batch, the keys it holds and
 //! the bytes (keys plus values) it holds (the plugin's `kv_max_bytes`). The memory or disk a
@@ -338,6 +339,7 @@ impl Store {
             name: Arc::from(name),
             backend: self.backend.clone(),
             bounds,
+            bucket: None,
         }
     }
 
@@ -391,12 +393,28 @@ impl Drop for Sweeper {
 }
 
 /// One plugin's namespace: size and batch checks, then the backend.
+///
+/// A named bucket ([`Namespace::bucket`]) is a view of the same namespace whose keys are
+/// stored under the prefix `NUL name NUL`: the bucket's keys count against the plugin's one
+/// quota, and no bucket sees another's keys or the plain ones. Keys that start with NUL are
+/// therefore reserved: the plain key space (`ankh:plugin/kv`, the default bucket) refuses
+/// them, and its listings skip the buckets' keys (they sort first, below [`BUCKETS_END`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Namespace {
     name: Arc<str>,
     backend: Arc<dyn Backend>,
     bounds: Bounds,
+    /// The stored prefix of a named bucket's keys (`NUL name NUL`); `None` for the plain
+    /// key space.
+    bucket: Option<Arc<str>>,
 }
+
+/// Greater than every stored bucket key (`NUL`, then a bucket name of printable ASCII,
+/// which is below DEL), and less than every plain key (which never starts with NUL).
+const BUCKETS_END: &str = "\0\x7f";
+
+/// The longest bucket name, in bytes.
+pub(crate) const BUCKET_NAME_BYTES: usize = 64;
 
 /// A time-to-live in milliseconds, as an absolute expiry.
 fn expiry(ttl_ms: Option<u64>, now: Millis) -> Result<Option<Millis>, KvError> {
@@ -425,11 +443,57 @@ impl Namespace {
         &self.bounds
     }
 
+    /// The bucket `name` of this plugin: its own key space, under the plugin's quota. A name
+    /// is 1 to [`BUCKET_NAME_BYTES`] bytes of printable ASCII (no spaces).
+    pub(crate) fn bucket(&self, name: &str) -> Result<Namespace, KvError> {
+        if name.is_empty()
+            || name.len() > BUCKET_NAME_BYTES
+            || !name.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(KvError::Invalid(format!(
+                "a bucket name is 1 to {BUCKET_NAME_BYTES} bytes of printable ASCII without spaces"
+            )));
+        }
+        Ok(Namespace {
+            bucket: Some(Arc::from(format!("\0{name}\0"))),
+            ..self.clone()
+        })
+    }
+
     fn check_key(&self, key: &str) -> Result<(), KvError> {
         if key.len() > self.bounds.key_bytes {
             return Err(KvError::TooLarge);
         }
+        if self.bucket.is_none() && key.starts_with('\0') {
+            return Err(KvError::Invalid(
+                "keys starting with a NUL byte are reserved (wasi:keyvalue buckets)".into(),
+            ));
+        }
         Ok(())
+    }
+
+    /// `key` as stored: behind the bucket's prefix, if this is a bucket.
+    fn stored(&self, key: String) -> String {
+        match &self.bucket {
+            Some(prefix) => format!("{prefix}{key}"),
+            None => key,
+        }
+    }
+
+    /// Every key of `keys` as stored.
+    fn stored_all(&self, keys: Vec<String>) -> Vec<String> {
+        match &self.bucket {
+            Some(_) => keys.into_iter().map(|k| self.stored(k)).collect(),
+            None => keys,
+        }
+    }
+
+    /// A stored key as the plugin named it.
+    fn named(&self, mut key: String) -> String {
+        if let Some(prefix) = &self.bucket {
+            key.drain(..prefix.len());
+        }
+        key
     }
 
     fn check_value(&self, value: &[u8]) -> Result<(), KvError> {
@@ -462,7 +526,9 @@ impl Namespace {
 
     pub(crate) async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         self.check_key(key)?;
-        let read = self.backend.get_many(&self.name, &[key.to_owned()], now());
+        let read = self
+            .backend
+            .get_many(&self.name, &[self.stored(key.to_owned())], now());
         let mut values = self.counted(read.await)?;
         Ok(values.pop().flatten())
     }
@@ -470,7 +536,8 @@ impl Namespace {
     /// The values at `keys`; their total size is bounded like a batch write's.
     pub(crate) async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
         self.check_batch(keys.iter().map(|k| (k.as_str(), 0)))?;
-        let values = self.counted(self.backend.get_many(&self.name, keys, now()).await)?;
+        let stored = self.stored_all(keys.to_vec());
+        let values = self.counted(self.backend.get_many(&self.name, &stored, now()).await)?;
         let bytes: usize = values.iter().flatten().map(Vec::len).sum();
         if bytes > self.bounds.batch_bytes {
             return Err(KvError::TooLarge);
@@ -480,7 +547,8 @@ impl Namespace {
 
     pub(crate) async fn exists(&self, key: &str) -> Result<bool, KvError> {
         self.check_key(key)?;
-        self.counted(self.backend.exists(&self.name, key, now()).await)
+        let key = self.stored(key.to_owned());
+        self.counted(self.backend.exists(&self.name, &key, now()).await)
     }
 
     /// Applies a write and awaits its outcome (holding no thread while the file backend
@@ -504,7 +572,7 @@ impl Namespace {
         let now = now();
         let expires = expiry(ttl_ms, now)?;
         let write = Write::Set {
-            entries: vec![(key, value)],
+            entries: vec![(self.stored(key), value)],
             expires,
         };
         self.write(write, now).await.map(drop)
@@ -518,6 +586,10 @@ impl Namespace {
         self.check_batch(entries.iter().map(|(k, v)| (k.as_str(), v.len())))?;
         let now = now();
         let expires = expiry(ttl_ms, now)?;
+        let entries = entries
+            .into_iter()
+            .map(|(k, v)| (self.stored(k), v))
+            .collect();
         let write = Write::Set { entries, expires };
         self.write(write, now).await.map(drop)
     }
@@ -528,6 +600,7 @@ impl Namespace {
 
     pub(crate) async fn delete_many(&self, keys: Vec<String>) -> Result<u32, KvError> {
         self.check_batch(keys.iter().map(|k| (k.as_str(), 0)))?;
+        let keys = self.stored_all(keys);
         match self.write(Write::Delete { keys }, now()).await? {
             Written::Deleted(n) => Ok(n),
             other => unreachable_written(other),
@@ -546,7 +619,7 @@ impl Namespace {
         let now = now();
         let expires = expiry(ttl_ms, now)?;
         let write = Write::Swap {
-            key,
+            key: self.stored(key),
             expected,
             value,
             expires,
@@ -559,6 +632,7 @@ impl Namespace {
 
     pub(crate) async fn increment(&self, key: String, delta: i64) -> Result<i64, KvError> {
         self.check_key(&key)?;
+        let key = self.stored(key);
         match self.write(Write::Increment { key, delta }, now()).await? {
             Written::Number(n) => Ok(n),
             other => unreachable_written(other),
@@ -586,13 +660,25 @@ impl Namespace {
             return Err(KvError::Invalid("a page limit must be at least 1".into()));
         }
         let limit = limit.min(self.bounds.page_keys);
+        let stored_prefix = self.stored(prefix.to_owned());
+        let after = match (cursor, &self.bucket) {
+            (Some(cursor), _) => Some(self.stored(cursor.to_owned())),
+            // The plain key space starts after the buckets' keys, which sort first.
+            (None, None) if prefix.is_empty() => Some(BUCKETS_END.to_owned()),
+            (None, _) => None,
+        };
         // One more than asked, to know whether a next page exists.
-        let listed = self
-            .backend
-            .list(&self.name, prefix, cursor, limit + 1, now());
+        let listed = self.backend.list(
+            &self.name,
+            &stored_prefix,
+            after.as_deref(),
+            limit + 1,
+            now(),
+        );
         let mut keys = self.counted(listed.await)?;
         let more = keys.len() > limit;
         keys.truncate(limit);
+        let keys: Vec<String> = keys.into_iter().map(|k| self.named(k)).collect();
         let next = if more { keys.last().cloned() } else { None };
         Ok((keys, next))
     }

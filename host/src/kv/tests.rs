@@ -335,3 +335,62 @@ fn every_backend_applies_the_same_rules() {
         assert_eq!(get("t", 1_000_000), Some(b"1".to_vec()));
     });
 }
+
+/// Named buckets (`wasi:keyvalue`'s `open` of any name): each a key space of its own, the
+/// plain key space never sees their keys, and all of them count against the one quota. On
+/// every backend, since each orders and stores the prefixed keys itself.
+#[test]
+fn buckets_are_key_spaces_apart_under_one_quota() {
+    let dir = TempDir::new("buckets");
+    let redis = Redis::start("buckets");
+    let mut stores = vec![
+        Store::memory(),
+        Store::open(&KvBackend::File, &dir.0).unwrap(),
+    ];
+    if let Some(server) = &redis {
+        stores.push(Store::open(&KvBackend::Redis(server.url()), &dir.0).unwrap());
+    }
+    for store in stores {
+        let plain = store.namespace("p", Bounds::with_quota(400));
+        let cache = plain.bucket("in_memory").unwrap();
+        let other = plain.bucket("sessions").unwrap();
+        block_on(plain.set("k".into(), b"plain".to_vec(), None)).unwrap();
+        block_on(cache.set("k".into(), b"cache".to_vec(), None)).unwrap();
+        block_on(cache.set("z".into(), b"1".to_vec(), None)).unwrap();
+        assert_eq!(block_on(plain.get("k")).unwrap(), Some(b"plain".to_vec()));
+        assert_eq!(block_on(cache.get("k")).unwrap(), Some(b"cache".to_vec()));
+        assert_eq!(block_on(other.get("k")).unwrap(), None);
+        assert!(!block_on(other.exists("z")).unwrap());
+        // Listings: each space its own keys, named as the plugin named them.
+        assert_eq!(block_on(plain.list_all("")).unwrap(), ["k"]);
+        assert_eq!(block_on(cache.list_all("")).unwrap(), ["k", "z"]);
+        assert_eq!(
+            block_on(cache.list_page("", Some("k"), 10)).unwrap().0,
+            ["z"]
+        );
+        assert!(block_on(other.list_all("")).unwrap().is_empty());
+        assert_eq!(block_on(other.increment("n".into(), 2)).unwrap(), 2);
+        block_on(other.delete_many(vec!["k".into(), "n".into()])).unwrap();
+        assert_eq!(
+            block_on(cache.get_many(&["k".into(), "n".into()]))
+                .unwrap()
+                .len(),
+            2
+        );
+        // One quota: a bucket fills what the plain space may still write.
+        let big = vec![0u8; 300];
+        block_on(other.set("big".into(), big.clone(), None)).unwrap();
+        assert_eq!(
+            block_on(plain.set("big".into(), big, None)),
+            Err(KvError::Full)
+        );
+        // The bucket prefix is reserved in the plain space; a bucket name is printable.
+        assert!(matches!(
+            block_on(plain.set("\0in_memory\0k".into(), vec![], None)),
+            Err(KvError::Invalid(_))
+        ));
+        for bad in ["", "a b", "tab\t", &"b".repeat(65), "é"] {
+            assert!(plain.bucket(bad).is_err(), "{bad:?}");
+        }
+    }
+}

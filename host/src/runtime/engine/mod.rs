@@ -147,6 +147,7 @@ impl Runtime {
         crate::runtime::sandbox::waits::add_clocks_to_linker(&mut linker)?;
         crate::runtime::sandbox::waits::add_to_linker(&mut linker)?;
         crate::runtime::host::io_error::add_to_linker(&mut linker)?;
+        crate::runtime::host::head::add_to_linker(&mut linker)?;
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
         crate::runtime::host::legacy::add_to_linker(&mut linker)?;
         crate::runtime::host::kv::add_to_linker(&mut linker)?;

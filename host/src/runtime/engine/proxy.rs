@@ -74,6 +74,7 @@ async fn serve(
 ) -> wasmtime::Result<types::Outcome> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let head = incoming.method() == http::Method::HEAD;
+    store.data_mut().head_request = head;
     let (req, out) = {
         let mut view = store.data_mut().http();
         let req = view.new_incoming_request(Scheme::Http, incoming)?;
@@ -293,9 +294,16 @@ async fn read_response(
         }
         // Trailers are dropped: the body is buffered, and ankh's responses carry none.
     }
+    // A HEAD response keeps the length it declared: the response writer sends it where GET
+    // would have, since the body it stands for is not there.
+    let dropped: &[&str] = if head && bytes.is_empty() {
+        &["trailer"]
+    } else {
+        &DROPPED_RESPONSE_HEADERS
+    };
     Ok(types::Response {
         status: parts.status.as_u16(),
-        headers: response_headers(&parts.headers, &DROPPED_RESPONSE_HEADERS),
+        headers: response_headers(&parts.headers, dropped),
         body: bytes,
     })
 }

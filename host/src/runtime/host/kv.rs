@@ -1,13 +1,15 @@
 //! The host side of the key-value imports: `ankh:plugin/kv@0.2.0` and the standard
 //! `wasi:keyvalue` (`store`, `atomics`, `batch`), both over the plugin's own namespace. A
-//! plugin reaches no other namespace: `wasi:keyvalue`'s `open` knows one store, the plugin's
-//! (`""` or `"default"`).
+//! plugin reaches no other namespace. `wasi:keyvalue`'s `open` of `""` or `"default"` is the
+//! plain key space that `ankh:plugin/kv` sees too; any other name (wasmCloud's `"in_memory"`,
+//! a Spin label) is a bucket of the plugin's own, a key space apart under the same quota
+//! ([`Namespace::bucket`]).
 
 use std::collections::VecDeque;
 
 use wasmtime::component::{HasSelf, Linker, Resource};
 
-use crate::kv::KvError;
+use crate::kv::{KvError, Namespace};
 use crate::limits::KV_WASI_CURSORS;
 use crate::runtime::bindings::ankh::plugin::kv;
 use crate::runtime::bindings::keyvalue::wasi::keyvalue::{atomics, batch, store};
@@ -93,17 +95,26 @@ impl kv::Host for HostState {
     }
 }
 
-/// An open `wasi:keyvalue` bucket: the plugin's namespace. Its `list-keys` cursors are
-/// numbers, so the bucket remembers the key each one stands for (the newest
-/// [`KV_WASI_CURSORS`]; an older cursor is refused).
-#[derive(Debug, Default)]
+/// An open `wasi:keyvalue` bucket: the plugin's plain key space or one of its named
+/// buckets. Its `list-keys` cursors are numbers, so the bucket remembers the key each one
+/// stands for (the newest [`KV_WASI_CURSORS`]; an older cursor is refused).
+#[derive(Debug)]
 #[allow(unreachable_pub)] // named by bindgen's `with` mapping, which re-exports it
 pub struct Bucket {
+    keys: Namespace,
     cursors: VecDeque<(u64, String)>,
     next_cursor: u64,
 }
 
 impl Bucket {
+    fn new(keys: Namespace) -> Bucket {
+        Bucket {
+            keys,
+            cursors: VecDeque::new(),
+            next_cursor: 0,
+        }
+    }
+
     fn remember(&mut self, key: String) -> u64 {
         self.next_cursor += 1;
         if self.cursors.len() == KV_WASI_CURSORS {
@@ -144,43 +155,57 @@ fn table_error(e: wasmtime::component::ResourceTableError) -> store::Error {
 }
 
 impl store::Host for HostState {
+    /// `""` and `"default"` open the plain key space; any other name the plugin's bucket of
+    /// that name (created by its first write). A name that cannot be a bucket's is
+    /// `no-such-store`.
     fn open(&mut self, identifier: String) -> Result<Resource<Bucket>, store::Error> {
-        if !matches!(identifier.as_str(), "" | "default") {
-            return Err(store::Error::NoSuchStore);
-        }
-        self.table().push(Bucket::default()).map_err(table_error)
+        let keys = match identifier.as_str() {
+            "" | "default" => self.kv.clone(),
+            name => self
+                .kv
+                .bucket(name)
+                .map_err(|_| store::Error::NoSuchStore)?,
+        };
+        self.table().push(Bucket::new(keys)).map_err(table_error)
+    }
+}
+
+impl HostState {
+    /// The key space of an open bucket.
+    fn bucket(&mut self, bucket: &Resource<Bucket>) -> Result<Namespace, store::Error> {
+        Ok(self.table().get(bucket).map_err(table_error)?.keys.clone())
     }
 }
 
 impl store::HostBucket for HostState {
     async fn get(
         &mut self,
-        _bucket: Resource<Bucket>,
+        bucket: Resource<Bucket>,
         key: String,
     ) -> Result<Option<Vec<u8>>, store::Error> {
-        Ok(self.kv.get(&key).await?)
+        Ok(self.bucket(&bucket)?.get(&key).await?)
     }
 
     async fn set(
         &mut self,
-        _bucket: Resource<Bucket>,
+        bucket: Resource<Bucket>,
         key: String,
         value: Vec<u8>,
     ) -> Result<(), store::Error> {
-        Ok(self.kv.set(key, value, None).await?)
+        Ok(self.bucket(&bucket)?.set(key, value, None).await?)
     }
 
-    async fn delete(&mut self, _bucket: Resource<Bucket>, key: String) -> Result<(), store::Error> {
-        self.kv.delete(key).await?;
+    async fn delete(&mut self, bucket: Resource<Bucket>, key: String) -> Result<(), store::Error> {
+        self.bucket(&bucket)?.delete(key).await?;
         Ok(())
     }
 
     async fn exists(
         &mut self,
-        _bucket: Resource<Bucket>,
+        bucket: Resource<Bucket>,
         key: String,
     ) -> Result<bool, store::Error> {
-        Ok(self.kv.exists(&key).await?)
+        Ok(self.bucket(&bucket)?.exists(&key).await?)
     }
 
     async fn list_keys(
@@ -201,8 +226,9 @@ impl store::HostBucket for HostState {
                 )
             }
         };
-        let page = self.kv.bounds().page_keys;
-        let (keys, next) = self.kv.list_page("", after.as_deref(), page).await?;
+        let space = self.bucket(&bucket)?;
+        let page = space.bounds().page_keys;
+        let (keys, next) = space.list_page("", after.as_deref(), page).await?;
         let cursor = match next {
             Some(key) => {
                 let b = self.table().get_mut(&bucket).map_err(table_error)?;
@@ -224,13 +250,13 @@ impl atomics::Host for HostState {
     /// below zero, is an error (this interface counts in unsigned numbers).
     async fn increment(
         &mut self,
-        _bucket: Resource<Bucket>,
+        bucket: Resource<Bucket>,
         key: String,
         delta: u64,
     ) -> Result<u64, store::Error> {
         let delta = i64::try_from(delta)
             .map_err(|_| store::Error::Other("the delta is over 2^63 - 1".into()))?;
-        let value = self.kv.increment(key, delta).await?;
+        let value = self.bucket(&bucket)?.increment(key, delta).await?;
         u64::try_from(value)
             .map_err(|_| store::Error::Other(format!("the counter is negative ({value})")))
     }
@@ -239,10 +265,10 @@ impl atomics::Host for HostState {
 impl batch::Host for HostState {
     async fn get_many(
         &mut self,
-        _bucket: Resource<Bucket>,
+        bucket: Resource<Bucket>,
         keys: Vec<String>,
     ) -> Result<Vec<Option<(String, Vec<u8>)>>, store::Error> {
-        let values = self.kv.get_many(&keys).await?;
+        let values = self.bucket(&bucket)?.get_many(&keys).await?;
         Ok(keys
             .into_iter()
             .zip(values)
@@ -252,18 +278,18 @@ impl batch::Host for HostState {
 
     async fn set_many(
         &mut self,
-        _bucket: Resource<Bucket>,
+        bucket: Resource<Bucket>,
         key_values: Vec<(String, Vec<u8>)>,
     ) -> Result<(), store::Error> {
-        Ok(self.kv.set_many(key_values, None).await?)
+        Ok(self.bucket(&bucket)?.set_many(key_values, None).await?)
     }
 
     async fn delete_many(
         &mut self,
-        _bucket: Resource<Bucket>,
+        bucket: Resource<Bucket>,
         keys: Vec<String>,
     ) -> Result<(), store::Error> {
-        self.kv.delete_many(keys).await?;
+        self.bucket(&bucket)?.delete_many(keys).await?;
         Ok(())
     }
 }

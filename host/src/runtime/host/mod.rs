@@ -2,6 +2,7 @@
 //! the store data of [`crate::runtime::sandbox::store`].
 
 pub(crate) mod grants;
+pub(crate) mod head;
 pub mod http;
 pub(crate) mod io_error;
 pub(crate) mod kv;

@@ -42,6 +42,8 @@ pub struct HostState {
     pub(crate) ws: Option<Arc<dyn WebSockets>>,
     /// wasi:http: inbound requests of proxy plugins, outbound requests of every plugin.
     pub(crate) http: wasmtime_wasi_http::WasiHttpCtx,
+    /// Whether the wasi:http request being served is a HEAD (see `runtime::host::head`).
+    pub(crate) head_request: bool,
     pub(crate) http_hooks: crate::runtime::host::outbound::HttpHooks,
 }
 
@@ -71,6 +73,7 @@ impl HostState {
             call: None,
             ws,
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            head_request: false,
             http_hooks,
         }
     }

@@ -12,6 +12,7 @@
 //! - `GET /wasikv/keys` → every key, paging with the cursor: `PAGES KEYS` then the keys
 //! - `GET /wasikv/fill?n=N` → writes keys `k00000`.. in batches of 500 → `ok`
 //! - `GET /wasikv/open?name=N` → `ok`, or the store's error
+//! - every route but `open` takes `&bucket=NAME`: that bucket instead of the default one
 //! - `GET /wasikv/forge?cursor=N` → `list-keys` from a cursor the bucket never gave out
 
 wit_bindgen::generate!({
@@ -58,7 +59,11 @@ fn run(req: &Request) -> Result<Response, store::Error> {
     if route == "/open" {
         return store::open(query(req, "name")).map(|_| text(200, "ok"));
     }
-    let bucket = store::open("default")?;
+    // `bucket=NAME` picks a bucket of the plugin's own; the default one otherwise.
+    let bucket = store::open(match query(req, "bucket") {
+        "" => "default",
+        name => name,
+    })?;
     Ok(match route {
         "/set" => {
             bucket.set(query(req, "key"), query(req, "value").as_bytes())?;
