@@ -74,6 +74,118 @@ fn a22_a_body_that_trickles_is_cut_at_the_request_deadline() {
     assert!(String::from_utf8_lossy(&reply).starts_with("HTTP/1.1 408 "));
 }
 
+/// Sends `body` after `head` in pieces of `piece` bytes, one every `every`, until it is all
+/// sent or the server answers; then reads the answer to the close. Returns the answer and
+/// how long after the head it came.
+fn paced(
+    stream: &mut TcpStream,
+    head: &[u8],
+    body: &[u8],
+    piece: usize,
+    every: Duration,
+) -> (String, Duration) {
+    let started = Instant::now();
+    stream.write_all(head).unwrap();
+    stream.set_nonblocking(true).unwrap();
+    let mut reply = Vec::new();
+    'send: for chunk in body.chunks(piece) {
+        std::thread::sleep(every);
+        let mut buf = [0u8; 1024];
+        match stream.read(&mut buf) {
+            Ok(0) => break 'send,
+            Ok(n) => {
+                reply.extend_from_slice(&buf[..n]);
+                break 'send;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(_) => break 'send,
+        }
+        if stream.write_all(chunk).is_err() {
+            break;
+        }
+    }
+    stream.set_nonblocking(false).unwrap();
+    // With `Connection: close`, every answer ends with the close.
+    reply.extend(read_until_closed(stream));
+    (
+        String::from_utf8_lossy(&reply).into_owned(),
+        started.elapsed(),
+    )
+}
+
+// See: issue 33, finding 5. The body's deadline follows progress: the request timeout plus a
+// second per `--min-body-rate` bytes received, and a cut when no byte comes for
+// `--body-idle-timeout-ms`. Scaled down: 1 s, 1000 B/s, 1.5 s.
+#[test]
+fn a22_a_steady_upload_outlives_the_request_timeout_and_a_stalled_one_does_not() {
+    let s = probe()
+        .flag("--request-timeout-ms", 1000)
+        .flag("--min-body-rate", 1000)
+        .flag("--body-idle-timeout-ms", 1500)
+        .start();
+    let json = |len: usize| {
+        let mut body = vec![b'{'];
+        body.resize(len - 9, b' ');
+        body.extend_from_slice(b"\"val\":41}");
+        body
+    };
+    let head = |len: usize| {
+        format!("POST /probe/inc HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: {len}\r\n\r\n")
+            .into_bytes()
+    };
+    // 12,000 bytes at about 4,000 B/s: three times the request timeout, four times the rate.
+    let (answer, took) = paced(
+        &mut s.connect(),
+        &head(12_000),
+        &json(12_000),
+        400,
+        Duration::from_millis(100),
+    );
+    assert!(
+        answer.starts_with("HTTP/1.1 200 "),
+        "after {took:?}: {answer}"
+    );
+    assert!(answer.ends_with("{\"val\":42}"), "{answer}");
+    assert!(
+        took > Duration::from_millis(1000),
+        "the upload was meant to outlast the timeout: {took:?}"
+    );
+    // 500 B/s, half the minimum rate: allowed 1 s + t/2, so cut at about 2 s, long before
+    // the 10 s it would take.
+    let (answer, took) = paced(
+        &mut s.connect(),
+        &head(5_000),
+        &json(5_000),
+        100,
+        Duration::from_millis(200),
+    );
+    assert!(
+        answer.starts_with("HTTP/1.1 408 "),
+        "after {took:?}: {answer}"
+    );
+    assert!(took < Duration::from_secs(9), "{took:?}");
+    // 20,000 bytes at once, then silence: the rate would allow 21 s, the idle clock cuts
+    // after 1.5 s.
+    let mut stream = s.connect();
+    let body = json(100_000);
+    let (answer, took) = paced(
+        &mut stream,
+        &head(100_000),
+        &body[..20_000],
+        20_000,
+        Duration::ZERO,
+    );
+    assert!(
+        answer.starts_with("HTTP/1.1 408 "),
+        "after {took:?}: {answer}"
+    );
+    assert!(
+        took >= Duration::from_millis(1400) && took < Duration::from_secs(15),
+        "{took:?}"
+    );
+    assert_eq!(s.get("/probe/status/200?body=fine").1, "fine");
+}
+
 #[test]
 fn a23_silent_and_idle_keep_alive_connections_are_closed() {
     let s = probe().flag("--idle-timeout-ms", 300).start();

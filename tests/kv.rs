@@ -907,7 +907,13 @@ fn a_hostile_plugin_reaches_no_other_store_and_every_call_is_bounded() {
     assert!(results["cursor"].contains("Invalid"), "{body}");
     // wasi:keyvalue: another plugin's name (or a path to it) opens a bucket of wasikv's own,
     // where the victim's key is not; a name no bucket can have is no store.
-    for name in ["kvprobe", "../kvprobe", "kv/kvprobe", "hostile", "%00kvprobe%00"] {
+    for name in [
+        "kvprobe",
+        "../kvprobe",
+        "kv/kvprobe",
+        "hostile",
+        "%00kvprobe%00",
+    ] {
         let (status, body) = s.get(&format!("/wasikv/get?key=secret&bucket={name}"));
         assert_eq!(status, 404, "{name}: {body}");
     }

@@ -792,9 +792,31 @@ pub(crate) fn limit_settings<C: HasLimits>() -> Vec<LimitSetting<C>> {
             1,
             MAX_MS,
             limits::REQUEST_TIMEOUT,
-            "A whole request (head and body) must arrive this long after its first byte, or the client gets 408",
+            "A request (head and body) must arrive this long after its first byte, plus a second per min-body-rate bytes of body received, or the client gets 408",
             Override::Never,
             request_timeout
+        ),
+        limit!(
+            "timeouts.min_body_rate",
+            "min-body-rate",
+            Bytes,
+            1,
+            u64::MAX,
+            limits::MIN_BODY_RATE,
+            "Bytes per second a body must average once the request timeout has passed (a steady upload faster than this is never cut)",
+            Override::Never,
+            min_body_rate
+        ),
+        limit!(
+            "timeouts.body_idle_ms",
+            "body-idle-timeout-ms",
+            Millis,
+            1,
+            MAX_MS,
+            limits::BODY_IDLE_TIMEOUT,
+            "Cut a request body from which no byte arrives for this long (408)",
+            Override::Never,
+            body_idle_timeout
         ),
         limit!(
             "timeouts.send_ms",

@@ -284,8 +284,18 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// steadily the bytes trickle in.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// From the first byte of a request to the end of its body; past it: 408 and close.
+/// From the first byte of a request to the end of its body, plus a second for every
+/// [`MIN_BODY_RATE`] bytes of body received; past it: 408 and close. A steady upload faster
+/// than that rate is never cut, however long it takes; a slower one (slowloris) is.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The slowest average rate, in bytes per second, at which a body may arrive once
+/// [`REQUEST_TIMEOUT`] has passed (see there).
+pub const MIN_BODY_RATE: u64 = 1024;
+
+/// A body from which no byte arrives for this long is cut: 408 and close (nginx's
+/// `client_body_timeout`).
+pub const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A connection whose pending output makes no progress for this long is closed.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
@@ -376,6 +386,10 @@ pub struct Limits {
     pub head_timeout: Duration,
     /// See [`REQUEST_TIMEOUT`].
     pub request_timeout: Duration,
+    /// See [`MIN_BODY_RATE`].
+    pub min_body_rate: u64,
+    /// See [`BODY_IDLE_TIMEOUT`].
+    pub body_idle_timeout: Duration,
     /// See [`SEND_TIMEOUT`].
     pub send_timeout: Duration,
     /// See [`DRAIN_TIMEOUT`].
@@ -419,6 +433,8 @@ impl Default for Limits {
             idle_timeout: IDLE_TIMEOUT,
             head_timeout: HEAD_TIMEOUT,
             request_timeout: REQUEST_TIMEOUT,
+            min_body_rate: MIN_BODY_RATE,
+            body_idle_timeout: BODY_IDLE_TIMEOUT,
             send_timeout: SEND_TIMEOUT,
             drain_timeout: DRAIN_TIMEOUT,
             ws_max_message_bytes: WS_MAX_MESSAGE_BYTES,

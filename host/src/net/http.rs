@@ -134,6 +134,8 @@ pub struct HttpConn<S> {
     idle_since: Option<Instant>,
     /// When the first byte of the current request arrived, until it is complete.
     request_since: Option<Instant>,
+    /// While a body is read: its bytes at the last timer tick that saw them grow, and when.
+    body_progress: Option<(usize, Instant)>,
 }
 
 impl<S: Transport> HttpConn<S> {
@@ -153,6 +155,7 @@ impl<S: Transport> HttpConn<S> {
             bytes_out: 0,
             idle_since: Some(now),
             request_since: None,
+            body_progress: None,
         }
     }
 

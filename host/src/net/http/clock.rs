@@ -1,7 +1,8 @@
-//! The clocks of an HTTP connection: how long it may sit idle, take to send a head or a body,
-//! leave its output unread, or linger after a closing answer.
+//! The clocks of an HTTP connection: how long it may sit idle, take to send a head, pause in
+//! a body or send it slower than the minimum rate, leave its output unread, or linger after a
+//! closing answer.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{HttpConn, HttpCtx, State, Step, Transport};
 use crate::limits::{LINGER_IDLE_TIMEOUT, LINGER_TIMEOUT};
@@ -48,9 +49,28 @@ impl<S: Transport> HttpConn<S> {
                     return self.advance(ctx);
                 }
             }
-            State::Body { .. } => {
-                if elapsed(self.request_since).is_some_and(|d| d >= limits.request_timeout) {
-                    tracing::debug!(conn = ?self.id, peer = %self.peer, "request body timeout");
+            State::Body { ref body, .. } => {
+                // Progress is sampled here, on the timer, so that no read has to read the
+                // clock: the body's bytes (decoded, and still undecoded in the input).
+                let received = body.len() + self.input.buf.len();
+                let progress = self.body_progress.get_or_insert((received, now));
+                if progress.0 != received {
+                    *progress = (received, now);
+                }
+                let stalled = now.saturating_duration_since(progress.1);
+                let earned = Duration::from_millis(
+                    (received as u64).saturating_mul(1000) / limits.min_body_rate.max(1),
+                );
+                let allowed = limits.request_timeout.saturating_add(earned);
+                let why = if stalled >= limits.body_idle_timeout {
+                    Some("request body idle timeout")
+                } else if elapsed(self.request_since).is_some_and(|d| d >= allowed) {
+                    Some("request body timeout (slower than the minimum rate)")
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    tracing::debug!(conn = ?self.id, peer = %self.peer, received, "{why}");
                     self.fail(ProtoError::Timeout);
                     return self.advance(ctx);
                 }
@@ -69,18 +89,26 @@ impl<S: Transport> HttpConn<S> {
             State::Head if self.input.buf.is_empty() && self.out.pending() => {
                 self.request_since = None;
                 self.idle_since = None;
+                self.body_progress = None;
             }
             State::Head if self.input.buf.is_empty() => {
                 self.request_since = None;
+                self.body_progress = None;
                 self.idle_since.get_or_insert_with(Instant::now);
             }
-            State::Head | State::Body { .. } => {
+            State::Head => {
+                self.idle_since = None;
+                self.body_progress = None;
+                self.request_since.get_or_insert_with(Instant::now);
+            }
+            State::Body { .. } => {
                 self.idle_since = None;
                 self.request_since.get_or_insert_with(Instant::now);
             }
             State::Waiting | State::Closing | State::Lingering { .. } => {
                 self.idle_since = None;
                 self.request_since = None;
+                self.body_progress = None;
             }
         }
     }

@@ -260,3 +260,59 @@ fn every_clock_cuts_what_it_bounds() {
     let later = Instant::now() + LINGER_IDLE_TIMEOUT;
     assert_eq!(c.on_timer(later, &ctx).liveness, Liveness::Closed);
 }
+
+/// The body's deadline follows its progress (issue 33, finding 5), at the defaults: a steady
+/// upload faster than the minimum rate is never cut however long it takes, a slower one is,
+/// and so is one that stops. The timer is given the times, so no test waits for them.
+#[test]
+fn a_body_deadline_follows_progress() {
+    let limits = Limits::default();
+    let router = Nowhere(17 << 20);
+    let ctx = ctx(&limits, &router);
+    let start = Instant::now();
+    let at = |s: u64| start + Duration::from_secs(s);
+    let head = |len: usize| format!("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: {len}\r\n\r\n");
+
+    // 16 MiB at 64 KiB/s: 256 s, four times the request timeout.
+    let mut c = conn();
+    feed(&mut c, head(16 << 20).as_bytes(), &ctx);
+    let piece = vec![b'x'; 64 * 1024];
+    for second in 1..256 {
+        feed(&mut c, &piece, &ctx);
+        assert_eq!(
+            c.on_timer(at(second), &ctx).liveness,
+            Liveness::Open,
+            "cut after {second} s"
+        );
+    }
+    let done = feed(&mut c, &piece, &ctx);
+    let answer = written(&mut c);
+    assert!(
+        done.dispatch.is_some() || answer.starts_with("HTTP/1.1 404 "),
+        "the whole body arrived: {answer}"
+    );
+    assert!(!answer.contains(" 408 "), "{answer}");
+
+    // 512 B/s, half the minimum rate: allowed 60 s + t/2, so cut at about 120 s.
+    let mut c = conn();
+    feed(&mut c, head(1 << 20).as_bytes(), &ctx);
+    let piece = vec![b'x'; 512];
+    for second in 1..=115 {
+        feed(&mut c, &piece, &ctx);
+        assert_eq!(c.on_timer(at(second), &ctx).liveness, Liveness::Open);
+    }
+    for second in 116..=125 {
+        feed(&mut c, &piece, &ctx);
+        c.on_timer(at(second), &ctx);
+    }
+    assert!(written(&mut c).starts_with("HTTP/1.1 408 "));
+
+    // 100 KiB at once, then nothing: the rate allows minutes, the idle clock cuts at 30 s.
+    let mut c = conn();
+    feed(&mut c, head(1 << 20).as_bytes(), &ctx);
+    feed(&mut c, &vec![b'x'; 100 * 1024], &ctx);
+    assert_eq!(c.on_timer(at(1), &ctx).liveness, Liveness::Open);
+    assert_eq!(c.on_timer(at(30), &ctx).liveness, Liveness::Open);
+    c.on_timer(at(32), &ctx);
+    assert!(written(&mut c).starts_with("HTTP/1.1 408 "));
+}
