@@ -183,9 +183,16 @@ fn dev_rebuilds_on_save_and_keeps_serving_through_errors() {
     // Idle: no rebuild follows the first build. cargo opens every Cargo.toml on each build;
     // taken for a change, that rebuilt about once a second forever (issue 33, finding 1). An
     // absence has no event to wait on, so this watches a window: ten times the settle time.
+    // Build output churning in a crate's `target/`, and a new directory beside the crates,
+    // are no sources either: neither is watched (issue 33, finding 7).
     const REBUILDING: &str = "ankh dev: devplug changed, rebuilding";
+    let churn = dir.path().join("devplug/target/debug");
+    std::fs::create_dir_all(&churn).unwrap();
+    std::fs::write(churn.join("output.d"), "built\n").unwrap();
+    std::fs::create_dir_all(dir.path().join("notes")).unwrap();
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(s.log().matches(REBUILDING).count(), 0, "{}", s.log());
+    assert!(!s.log().contains("watcher error"), "{}", s.log());
     // Save an edit: rebuilt once and swapped in.
     let lib = dir.path().join("devplug/src/lib.rs");
     let source = std::fs::read_to_string(&lib).unwrap();

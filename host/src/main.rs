@@ -171,7 +171,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             default_logging();
             let root = cmd::new::create(&args.name, &args.dir, args.sdk.as_deref())?;
             println!(
-                "created {}: build it with `ankh build {}`, then serve it at /{}",
+                "created {}: build it with `ankh build {}`, then serve it at /{}\n\
+                 (a crate of its own, with its own Cargo.lock and target/: its first build \
+                 compiles its dependencies, a minute or two; later builds take seconds)",
                 root.display(),
                 args.dir.display(),
                 args.name

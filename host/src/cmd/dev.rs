@@ -27,7 +27,7 @@ pub(crate) fn watch_and_rebuild(src: &Path, release: bool) -> anyhow::Result<()>
     let mut watcher = notify::recommended_watcher(move |e| {
         let _ = tx.send(e);
     })?;
-    watcher.watch(&src, RecursiveMode::Recursive)?;
+    watch_sources(&mut watcher, &src, &src)?;
     if let Err(e) = builder::build(&src, &src, release) {
         eprintln!("ankh dev: the first build failed ({e:#}); serving what is there");
     }
@@ -35,6 +35,13 @@ pub(crate) fn watch_and_rebuild(src: &Path, release: bool) -> anyhow::Result<()>
     loop {
         match rx.recv_timeout(SETTLE / 3) {
             Ok(Ok(event)) if changes_content(&event.kind) => {
+                if matches!(event.kind, EventKind::Create(_)) {
+                    for path in event.paths.iter().filter(|p| p.is_dir()) {
+                        if let Err(e) = watch_sources(&mut watcher, &src, path) {
+                            tracing::warn!("cannot watch {}: {e}", path.display());
+                        }
+                    }
+                }
                 for path in event.paths {
                     if let Some(krate) = crate_of(&src, &path) {
                         dirty.insert(krate, Instant::now());
@@ -56,6 +63,44 @@ pub(crate) fn watch_and_rebuild(src: &Path, release: bool) -> anyhow::Result<()>
             rebuild(&src, &krate, release);
         }
     }
+}
+
+/// Watches the sources under `dir` (`src` itself, a crate in it, or a directory in a crate),
+/// and nothing else: not `target/` (cargo's output, which churns through thousands of files
+/// during a build), not hidden directories, not directories beside the crates.
+fn watch_sources(watcher: &mut impl Watcher, src: &Path, dir: &Path) -> notify::Result<()> {
+    let Ok(rel) = dir.strip_prefix(src) else {
+        return Ok(());
+    };
+    let skipped =
+        |name: &std::ffi::OsStr| name == "target" || name.to_string_lossy().starts_with('.');
+    if rel.components().any(|c| skipped(c.as_os_str())) {
+        return Ok(());
+    }
+    match rel.components().count() {
+        // `src`: new crates appear here.
+        0 => {
+            watcher.watch(dir, RecursiveMode::NonRecursive)?;
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if entry.path().join("Cargo.toml").is_file() {
+                    watch_sources(watcher, src, &entry.path())?;
+                }
+            }
+        }
+        // A crate: its Cargo.toml here, its sources in its directories but `target/`.
+        1 => {
+            watcher.watch(dir, RecursiveMode::NonRecursive)?;
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if entry.path().is_dir() {
+                    watch_sources(watcher, src, &entry.path())?;
+                }
+            }
+        }
+        2 => watcher.watch(dir, RecursiveMode::Recursive)?,
+        // Inside a watched directory already.
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Whether an event can change what a build produces: a file created, written, renamed or
