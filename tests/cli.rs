@@ -174,6 +174,26 @@ fn check_reports_imports_exports_policy_and_verdict() {
     ] {
         assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
     }
+    // At the defaults the memory cap holds the largest body; a body limit it cannot hold
+    // twice is warned about (issue 33, finding 4).
+    assert!(!out.contains("warning:"), "{out}");
+    let tight = Command::new(ankh_bin())
+        .args([
+            "check",
+            plugins::HELLO,
+            "--max-body-bytes",
+            "40000000",
+            "--no-cache",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&tight.stdout);
+    assert!(tight.status.success(), "{out}{}", stderr(&tight));
+    assert!(
+        out.contains("warning:       the memory cap (64 MiB) cannot hold the largest body")
+            && out.contains("at least 78 MiB"),
+        "{out}"
+    );
     let refused = Command::new(ankh_bin())
         .args(["check", plugins::NOWORLD, "--no-cache"])
         .output()

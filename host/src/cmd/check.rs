@@ -163,6 +163,12 @@ fn describe(policy: &Policy, loaded: bool, text: &mut String) {
         "  max body:      {} bytes",
         policy.limits.max_body_bytes
     );
+    if let Some(warning) = memory_warning(
+        policy.limits.guest_memory_bytes as u64,
+        policy.limits.max_body_bytes,
+    ) {
+        let _ = writeln!(text, "  warning:       {warning}");
+    }
     let _ = writeln!(
         text,
         "  key-value:     {} bytes at most",
@@ -230,5 +236,37 @@ fn describe(policy: &Policy, loaded: bool, text: &mut String) {
             text,
             "                 no filesystem, network or environment"
         );
+    }
+}
+
+/// A warning when an instance's memory cannot hold the largest body it may be sent twice:
+/// once as the call receives it (the host writes the request into the instance) and once
+/// more for whatever the handler makes of it (a parse, a copy, the response), with a MiB for
+/// the plugin itself. Below that, the largest accepted bodies end in a trap and a 500.
+fn memory_warning(memory_bytes: u64, max_body_bytes: u64) -> Option<String> {
+    let needed = max_body_bytes.saturating_mul(2).saturating_add(1 << 20);
+    (memory_bytes < needed).then(|| {
+        format!(
+            "the memory cap ({} MiB) cannot hold the largest body this plugin accepts ({} bytes) twice, \
+             as a handler that reads it and answers needs (a request near the limit would fail with 500); \
+             raise `memory_limit_mib` or lower `max_body_bytes` in its policy (at least {} MiB for this body limit)",
+            memory_bytes >> 20,
+            max_body_bytes,
+            needed.div_ceil(1 << 20)
+        )
+    })
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::memory_warning;
+
+    #[test]
+    fn a_cap_that_cannot_hold_the_body_twice_is_warned_about() {
+        // The defaults: 64 MiB for 16 MiB bodies.
+        assert_eq!(memory_warning(64 << 20, 16 << 20), None);
+        let warning = memory_warning(16 << 20, 16 << 20).unwrap();
+        assert!(warning.contains("(16 MiB)"), "{warning}");
+        assert!(warning.contains("at least 33 MiB"), "{warning}");
     }
 }
