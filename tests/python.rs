@@ -136,4 +136,29 @@ fn a_python_plugin_serves_http_kv_errors_and_websockets() {
     assert_eq!(ws.read().unwrap(), Message::binary(vec![3u8, 2, 1]));
     ws.close(None).unwrap();
     while ws.read().is_ok() {}
+
+    a_slow_compile_holds_back_no_other_plugin(&wasm);
+}
+
+// See: issue 33, finding 6. Loads run side by side, one per plugin name: while the 18 MB
+// Python component compiles (seconds, uncached), a small plugin dropped in after it is
+// served, and each load says when it starts.
+fn a_slow_compile_holds_back_no_other_plugin(py: &Path) {
+    let s = Options::default()
+        .plugin(crate::harness::plugins::HELLO)
+        .flag("--workers", 2)
+        .arg("--no-cache")
+        .start();
+    s.install("slowpy", py.to_str().unwrap());
+    s.wait_for_log("loading plugin=slowpy bytes=");
+    s.install("quick", crate::harness::plugins::HELLO);
+    s.wait_for_log("plugin=quick mount=/quick");
+    assert!(
+        !s.log().contains("plugin=slowpy mount="),
+        "the small plugin waited for the slow one:\n{}",
+        s.log()
+    );
+    assert_eq!(s.get("/quick").0, 200);
+    s.wait_for_log("plugin=slowpy mount=/slowpy");
+    assert_eq!(s.get("/slowpy/").0, 200);
 }

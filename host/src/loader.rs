@@ -328,7 +328,16 @@ impl Loads {
             }
         };
         let ms = plugin.load_time.as_millis();
-        let cached = plugin.cached;
+        let cached = match plugin.cached {
+            Some(cached) => {
+                if cached {
+                    "true"
+                } else {
+                    "false"
+                }
+            }
+            None => "unknown",
+        };
         let mount = mounts(&plugin.policy.routes);
         let metrics = plugin.metrics.clone();
         match self.registry.insert(Arc::new(plugin)) {
@@ -342,7 +351,7 @@ impl Loads {
                     plugin = %name,
                     mount = %mount,
                     path = %path.display(),
-                    cached,
+                    cached = %cached,
                     "{} in {ms} ms",
                     if replacing { "replaced" } else { "loaded" }
                 );

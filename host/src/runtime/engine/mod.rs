@@ -73,8 +73,6 @@ pub struct Runtime {
     pub cache: Option<Cache>,
     /// Counters for `/metrics`.
     pub metrics: Arc<crate::metrics::Metrics>,
-    /// Held while a plugin compiles (see [`crate::runtime::engine::plugin::Plugin::compile`]).
-    pub compile_lock: std::sync::Mutex<()>,
     /// How many idle instances all plugins together keep.
     pub idle: Arc<crate::runtime::engine::instances::IdleBudget>,
     _ticker: EpochTicker,
@@ -90,9 +88,11 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Compilations answered from the disk cache so far.
-    pub(crate) fn cache_hits(&self) -> usize {
-        self.cache.as_ref().map_or(0, Cache::cache_hits)
+    /// The compiled-code cache's hits and misses so far.
+    pub(crate) fn cache_counts(&self) -> (usize, usize) {
+        self.cache
+            .as_ref()
+            .map_or((0, 0), |c| (c.cache_hits(), c.cache_misses()))
     }
 
     /// The engine and linker for `config`; plugins count into `metrics`.
@@ -160,7 +160,6 @@ impl Runtime {
             pooling,
             cache,
             metrics,
-            compile_lock: std::sync::Mutex::new(()),
             idle: Arc::new(crate::runtime::engine::instances::IdleBudget::new(
                 INSTANCES_IDLE_TOTAL,
             )),
