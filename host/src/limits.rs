@@ -62,6 +62,14 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// order of what one loop spends on one call's guest before it hands the call on.
 pub const LOOP_BODY_BYTES: usize = 256 * 1024;
 
+/// The most bytes of one streamed response the host holds, handed over by the call and not
+/// yet written to the client: past it, the call's next write waits (suspended) until the
+/// client has read. With [`STREAM_PIECE_BYTES`], a response holds at most their sum.
+pub const STREAM_BUFFER_BYTES: usize = 256 * 1024;
+
+/// The largest piece a streamed body is handed to the event loop in: a bigger write is split.
+pub const STREAM_PIECE_BYTES: usize = 64 * 1024;
+
 /// Where event loops are fewer than cores: the guest time one loop spends on the calls it
 /// starts itself between two polls. Past it, the round's new calls go to the workers, which
 /// run on the cores no loop holds (where every core has a loop, a loop keeps them all).
@@ -249,14 +257,23 @@ pub const OUTBOUND_ORIGINS_POOLED: usize = 1024;
 /// Outbound HTTP: origins per plugin counted apart in `/metrics`; the rest count as `other`.
 pub const OUTBOUND_ORIGINS_COUNTED: usize = 64;
 
-/// The largest response body a `wasi:http/proxy` plugin may give; past it the client gets
-/// 502 (the body is buffered, as ankh's own plugins' are).
+/// The largest `wasi:http/proxy` response body read whole, where the call has no connection
+/// to stream it to (the `Runtime` API); past it the client gets 502. A served body past
+/// [`STREAM_PIECE_BYTES`] streams instead.
 pub const MAX_RESPONSE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Bytes one write into a wasi:http body stream may carry (wasi-http's `check-write`
 /// budget). Small, so that the host memory a body buffers is bounded by its byte cap
 /// whatever the write pattern (see `runtime::engine::proxy`).
 pub const HTTP_BODY_WRITE_BYTES: usize = 4096;
+
+/// The most of a wasi:http body the host holds that its reader has not taken: what a guest
+/// may write into its response before `response-outparam.set` (or into an outbound request
+/// before sending it), and what a streamed body may run ahead of the client, on top of
+/// [`STREAM_BUFFER_BYTES`]. Past it the guest's write waits (a guest that writes more than
+/// this before `set` waits until its handler timeout, as under `wasmtime serve`, whose
+/// buffer is one chunk of 1 MiB).
+pub const HTTP_BODY_AHEAD_BYTES: usize = 1024 * 1024;
 
 /// The admin listener: the longest request head, in bytes (past it: 431).
 pub const ADMIN_MAX_REQUEST_BYTES: usize = 4096;

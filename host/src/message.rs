@@ -200,3 +200,119 @@ pub trait WsOut: Send + Sync + std::fmt::Debug {
     /// unit: every subscriber sees a topic's messages in one order.
     fn publish(&self, subscribers: Vec<(usize, WsId)>, message: Outbound);
 }
+
+/// The flow control of one streamed response, shared by the call that writes its body and the
+/// event loop that sends it: the bytes handed over and not yet written to the socket, and
+/// whether the client is gone.
+///
+/// The writer takes room before each piece ([`Flow::poll_room`]); past [`Flow::limit`] it
+/// waits, its call suspended, until the loop has written enough ([`Flow::release`]). So the
+/// host holds at most the limit plus one piece for a response, however slow its client. When
+/// the connection ends the loop closes the flow, and the writer's wait, and every later write,
+/// fails.
+#[derive(Debug, Clone)]
+pub struct Flow(Arc<FlowInner>);
+
+#[derive(Debug)]
+struct FlowInner {
+    held: std::sync::atomic::AtomicUsize,
+    limit: usize,
+    closed: AtomicBool,
+    /// The writer, while it waits for room.
+    waker: Mutex<Option<Waker>>,
+}
+
+/// The client of a streamed response is gone: nothing more can be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowClosed;
+
+impl Flow {
+    /// A flow that lets at most `limit` bytes wait to be written.
+    pub fn new(limit: usize) -> Self {
+        Flow(Arc::new(FlowInner {
+            held: std::sync::atomic::AtomicUsize::new(0),
+            limit,
+            closed: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        }))
+    }
+
+    /// The most bytes that wait to be written before the writer waits.
+    pub fn limit(&self) -> usize {
+        self.0.limit
+    }
+
+    /// Bytes handed over and not yet written.
+    pub fn held(&self) -> usize {
+        self.0.held.load(Ordering::Acquire)
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.0.closed.load(Ordering::Acquire)
+    }
+
+    /// Ready once a piece may be handed over (fewer than `limit` bytes wait), or with
+    /// [`FlowClosed`] once the client is gone.
+    pub fn poll_room(&self, cx: &mut Context<'_>) -> Poll<Result<(), FlowClosed>> {
+        let ready = || {
+            if self.is_closed() {
+                Some(Err(FlowClosed))
+            } else if self.held() < self.0.limit {
+                Some(Ok(()))
+            } else {
+                None
+            }
+        };
+        if let Some(ready) = ready() {
+            return Poll::Ready(ready);
+        }
+        *self.0.waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());
+        // The loop may have released or closed between the check and storing the waker.
+        ready().map_or(Poll::Pending, Poll::Ready)
+    }
+
+    /// Waits for room (see [`Flow::poll_room`]).
+    pub async fn room(&self) -> Result<(), FlowClosed> {
+        std::future::poll_fn(|cx| self.poll_room(cx)).await
+    }
+
+    /// The writer hands over `n` bytes.
+    pub fn add(&self, n: usize) {
+        self.0.held.fetch_add(n, Ordering::AcqRel);
+    }
+
+    /// The loop wrote `n` of the bytes handed over: a writer waiting for room may go on.
+    pub fn release(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let before = self
+            .0
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+                Some(h.saturating_sub(n))
+            })
+            .unwrap_or(0);
+        if before >= self.0.limit && before.saturating_sub(n) < self.0.limit {
+            self.wake();
+        }
+    }
+
+    /// The connection is gone: the writer's wait and every later write fail.
+    pub fn close(&self) {
+        self.0.closed.store(true, Ordering::Release);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        let waker = self
+            .0
+            .waker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}

@@ -111,6 +111,10 @@ pub struct PluginMetrics {
     pub reloads: AtomicU64,
     /// Log lines dropped over [`GUEST_LOG_LINES_PER_SECOND`](crate::limits::GUEST_LOG_LINES_PER_SECOND).
     pub log_lines_dropped: AtomicU64,
+    /// Streamed responses whose body has not ended.
+    pub streams_open: AtomicI64,
+    /// Bytes of streamed bodies sent (framing and coding included).
+    pub streamed_bytes: AtomicU64,
 }
 
 /// Outbound requests to one origin.
@@ -388,7 +392,7 @@ impl Metrics {
                 "ankh_plugin_request_duration_seconds_count{{plugin=\"{plugin}\"}} {count}"
             );
         }
-        let per_plugin: [Family; 12] = [
+        let per_plugin: [Family; 14] = [
             (
                 "ankh_plugin_traps_total",
                 "Calls that trapped.",
@@ -455,6 +459,18 @@ impl Metrics {
                 "Instances replaced after a call because their memory grew past recycle_growth_mib.",
                 "counter",
                 |m| m.memory_recycles.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "ankh_plugin_streams_open",
+                "Streamed responses whose body has not ended.",
+                "gauge",
+                |m| m.streams_open.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "ankh_plugin_streamed_bytes_total",
+                "Bytes of streamed response bodies handed to the connection (framing and coding included).",
+                "counter",
+                |m| m.streamed_bytes.load(Ordering::Relaxed).to_string(),
             ),
             (
                 "ankh_plugin_reloads_total",

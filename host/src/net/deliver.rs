@@ -182,6 +182,27 @@ impl EventLoop {
                     bytes,
                     close,
                 } => self.with_http(conn, |c, ctx| c.on_reply(seq, bytes, close, ctx)),
+                Reply::Stream {
+                    conn,
+                    seq,
+                    head,
+                    flow,
+                } => {
+                    if self.conn(conn.slot, Some(conn)).is_none() {
+                        // The client left before the head came: the writer learns it now.
+                        flow.close();
+                    }
+                    self.with_http(conn, |c, ctx| c.on_stream(seq, head, flow, ctx));
+                }
+                Reply::Piece { conn, seq, bytes } => {
+                    self.with_http(conn, |c, ctx| c.on_piece(seq, bytes, ctx));
+                }
+                Reply::End {
+                    conn,
+                    seq,
+                    last,
+                    close,
+                } => self.with_http(conn, |c, ctx| c.on_end(seq, last, close, ctx)),
                 Reply::Upgrade {
                     conn,
                     seq,

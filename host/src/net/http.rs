@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! Head ──head──▶ Body ──body──▶ Waiting ──reply──▶ Head (keep-alive) or Closing
-//!   └──────────── no body ───────▲                    │
+//!   └──────────── no body ───────▲   └─stream head─▶ Streaming ──end──▲
+//!                                                      (pieces)
 //! any protocol error or timeout ─▶ error response ─▶ Closing ─▶ Lingering ─▶ closed
 //! ```
 //!
@@ -25,7 +26,7 @@ use super::input::Input;
 use super::io::Step as Io;
 use super::outbuf::OutBuf;
 use crate::limits::Limits;
-use crate::message::{Cancel, ConnId};
+use crate::message::{Cancel, ConnId, Flow};
 use crate::net::Immediate;
 use crate::proto::Version;
 use crate::proto::body::BodyDecoder;
@@ -86,6 +87,10 @@ enum State {
     },
     /// A worker has the request; waiting for its reply.
     Waiting,
+    /// The head of a streamed response is out; its pieces come until its end. Every byte
+    /// written after the first `foreign` (an earlier response's, still queued when the head
+    /// came) is released to the writer's `flow`.
+    Streaming { flow: Flow, foreign: usize },
     /// The last response is queued; close once it is written.
     Closing,
     /// Our side is shut down; reading and discarding until the client closes, so that the
@@ -167,6 +172,9 @@ impl<S: Transport> HttpConn<S> {
     /// The connection is going away: a call still working on its request is cancelled, since
     /// nobody will read the answer.
     pub(crate) fn abandon(&mut self) {
+        if let State::Streaming { flow, .. } = &self.state {
+            flow.close();
+        }
         if let Some(cancel) = self.in_flight.take() {
             cancel.cancel();
         }
@@ -213,6 +221,58 @@ impl<S: Transport> HttpConn<S> {
             };
         }
         self.out.push_owned(bytes);
+        self.finish_exchange();
+        self.state = if close || ctx.draining {
+            State::Closing
+        } else {
+            State::Head
+        };
+        self.advance(ctx)
+    }
+
+    /// The head of a streamed response to request `seq`: it goes out now, and the pieces of
+    /// its body follow as the call writes them.
+    pub(crate) fn on_stream(
+        &mut self,
+        seq: u64,
+        head: Vec<u8>,
+        flow: Flow,
+        ctx: &HttpCtx<'_>,
+    ) -> Step {
+        if !matches!(self.state, State::Waiting) || seq != self.seq {
+            tracing::debug!(conn = ?self.id, seq, "stale stream dropped");
+            flow.close();
+            return self.stay();
+        }
+        let foreign = self.out.backlog();
+        self.out.push_owned(head);
+        self.state = State::Streaming { flow, foreign };
+        self.advance(ctx)
+    }
+
+    /// One piece of the streamed body of request `seq`. Its writer took room from the flow
+    /// before, so the pieces queued here stay within the flow's limit.
+    pub(crate) fn on_piece(&mut self, seq: u64, bytes: Vec<u8>, ctx: &HttpCtx<'_>) -> Step {
+        if !matches!(self.state, State::Streaming { .. }) || seq != self.seq {
+            return self.stay();
+        }
+        self.out.push_owned(bytes);
+        self.advance(ctx)
+    }
+
+    /// The end of the streamed response to request `seq`: its last bytes, then the next
+    /// request (or the close).
+    pub(crate) fn on_end(
+        &mut self,
+        seq: u64,
+        last: Vec<u8>,
+        close: bool,
+        ctx: &HttpCtx<'_>,
+    ) -> Step {
+        if !matches!(self.state, State::Streaming { .. }) || seq != self.seq {
+            return self.stay();
+        }
+        self.out.push_owned(last);
         self.finish_exchange();
         self.state = if close || ctx.draining {
             State::Closing
@@ -290,7 +350,14 @@ impl<S: Transport> HttpConn<S> {
     fn advance_inner(&mut self, ctx: &HttpCtx<'_>) -> Liveness {
         loop {
             match self.out.flush(&mut self.stream) {
-                Ok(n) => self.bytes_out += n as u64,
+                Ok(n) => {
+                    self.bytes_out += n as u64;
+                    if let State::Streaming { flow, foreign } = &mut self.state {
+                        let theirs = n.min(*foreign);
+                        *foreign -= theirs;
+                        flow.release(n - theirs);
+                    }
+                }
                 Err(e) => {
                     tracing::debug!(conn = ?self.id, "write failed: {e}");
                     return Liveness::Closed;
@@ -319,7 +386,7 @@ impl<S: Transport> HttpConn<S> {
                     return Liveness::Closed;
                 }
                 State::Head | State::Body { .. } | State::Lingering { .. } => {}
-                State::Waiting => return self.check_client(),
+                State::Waiting | State::Streaming { .. } => return self.check_client(),
                 State::Closing => {
                     if self.out.pending() {
                         return Liveness::Open;

@@ -450,6 +450,32 @@ impl Responder for ToConnection {
             close,
         });
     }
+
+    fn start(&mut self, head: Vec<u8>, flow: crate::message::Flow) {
+        self.reply.send(Reply::Stream {
+            conn: self.conn,
+            seq: self.seq,
+            head,
+            flow,
+        });
+    }
+
+    fn piece(&mut self, bytes: Vec<u8>) {
+        self.reply.send(Reply::Piece {
+            conn: self.conn,
+            seq: self.seq,
+            bytes,
+        });
+    }
+
+    fn end(&mut self, last: Vec<u8>, close: bool) {
+        self.reply.send(Reply::End {
+            conn: self.conn,
+            seq: self.seq,
+            last,
+            close,
+        });
+    }
 }
 
 /// Where a call's response goes: request `seq` of connection `conn`, through the reply

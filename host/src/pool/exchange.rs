@@ -9,21 +9,44 @@
 //! request.
 
 use std::fmt;
+use std::sync::atomic::Ordering;
 
 pub(crate) use crate::access::Access;
+use crate::limits::STREAM_BUFFER_BYTES;
+use crate::message::Flow;
 use crate::proto::response::{self, RequestMeta};
+use crate::proto::stream::{self, BodyEncoder};
 use crate::proto::{Field, Version};
-use crate::runtime::host::http::{AlreadyResponded, Respond};
+use crate::runtime::host::http::{AlreadyResponded, Respond, StreamError};
 
 /// Where the encoded answer to a request goes: the pool's is the reply queue of the
 /// connection's event loop.
 pub trait Responder: Send + 'static {
     /// Sends the complete response (ready for the wire); `close`: end the connection after it.
     fn respond(&mut self, bytes: Vec<u8>, close: bool);
+    /// Sends the head of a streamed response; its body follows through `piece` and `end`.
+    /// `flow` counts the bytes handed over and not yet written (the head's included).
+    fn start(&mut self, head: Vec<u8>, flow: Flow);
+    /// Sends one piece of a streamed body, framed.
+    fn piece(&mut self, bytes: Vec<u8>);
+    /// Ends a streamed response with `last` (its last framing); `close`: end the connection
+    /// after it (always, for a body cut short).
+    fn end(&mut self, last: Vec<u8>, close: bool);
+}
+
+/// A streamed response under way.
+#[derive(Debug)]
+struct Open {
+    status: u16,
+    encoder: BodyEncoder,
+    keep_alive: bool,
+    flow: Flow,
+    /// Bytes sent, the head's included.
+    sent: usize,
 }
 
 /// Everything needed to answer one request, owned by the call for its length.
-pub struct Exchange<R> {
+pub struct Exchange<R: Responder> {
     pub request_id: u64,
     pub plugin: std::sync::Arc<str>,
     version: Version,
@@ -33,9 +56,11 @@ pub struct Exchange<R> {
     access: Access,
     responder: R,
     responded: bool,
+    /// A streamed response whose body has not ended.
+    open: Option<Open>,
 }
 
-impl<R> fmt::Debug for Exchange<R> {
+impl<R: Responder> fmt::Debug for Exchange<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Exchange")
             .field("request_id", &self.request_id)
@@ -69,6 +94,7 @@ impl<R: Responder> Exchange<R> {
             access: origin.access,
             responder,
             responded: false,
+            open: None,
         }
     }
 
@@ -171,6 +197,112 @@ impl<R: Responder> Exchange<R> {
         )
     }
 
+    /// Starts a streamed response: the head leaves now. An invalid one is replaced by a 500
+    /// (logged), and the stream refused.
+    pub(crate) fn start<F: Field>(
+        &mut self,
+        status: u16,
+        headers: &[F],
+    ) -> Result<Flow, StreamError> {
+        if self.responded {
+            return Err(StreamError::AlreadyResponded);
+        }
+        let mut head = Vec::new();
+        let meta = self.meta();
+        let (encoder, keep_alive) = match stream::encode_head(status, headers, &meta, &mut head) {
+            Ok(started) => started,
+            Err(e) => {
+                error_limited!(
+                    plugin = %self.plugin,
+                    request = %format_args!("{:016x}", self.request_id),
+                    "invalid response from plugin: {e}"
+                );
+                let message = self.error_message(&format!("returned an invalid response ({e})"));
+                self.respond_error(500, &message);
+                return Err(StreamError::Invalid(e.to_string()));
+            }
+        };
+        self.responded = true;
+        let flow = Flow::new(STREAM_BUFFER_BYTES);
+        flow.add(head.len());
+        if let Some(m) = &self.access.metrics {
+            m.streams_open.fetch_add(1, Ordering::Relaxed);
+        }
+        self.open = Some(Open {
+            status,
+            encoder,
+            keep_alive,
+            flow: flow.clone(),
+            sent: head.len(),
+        });
+        self.responder.start(head, flow.clone());
+        Ok(flow)
+    }
+
+    /// Sends one piece of the streamed body. Its writer takes room from the flow first.
+    pub(crate) fn write(&mut self, data: &[u8]) -> Result<(), StreamError> {
+        let open = self.open.as_mut().ok_or(StreamError::NotStarted)?;
+        if open.flow.is_closed() {
+            return Err(StreamError::Closed);
+        }
+        let mut framed = Vec::with_capacity(data.len() + 16);
+        open.encoder.piece(data, &mut framed)?;
+        if !framed.is_empty() {
+            open.sent += framed.len();
+            open.flow.add(framed.len());
+            if let Some(m) = &self.access.metrics {
+                m.streamed_bytes
+                    .fetch_add(framed.len() as u64, Ordering::Relaxed);
+            }
+            self.responder.piece(framed);
+        }
+        Ok(())
+    }
+
+    /// Ends the streamed body (with `trailers` where it is chunked) and writes the access
+    /// line. A body short of its declared length is cut: the connection closes.
+    pub(crate) fn finish<F: Field>(&mut self, trailers: &[F]) -> Result<(), StreamError> {
+        let open = self.open.as_mut().ok_or(StreamError::NotStarted)?;
+        let mut last = Vec::new();
+        if let Err(e) = open.encoder.finish(trailers, &mut last) {
+            self.cut("ended short of its declared length");
+            return Err(e.into());
+        }
+        let open = self.open.take().expect("checked above");
+        let sent = open.sent + last.len();
+        if let Some(m) = &self.access.metrics {
+            m.streams_open.fetch_sub(1, Ordering::Relaxed);
+            m.streamed_bytes
+                .fetch_add(last.len() as u64, Ordering::Relaxed);
+        }
+        self.responder.end(last, !open.keep_alive);
+        self.access
+            .log(open.status, sent, &self.plugin, Some(self.request_id));
+        Ok(())
+    }
+
+    /// Ends a streamed response that cannot end well (its call failed, or its body broke its
+    /// framing): the connection closes without the body's end, so the client sees it is
+    /// incomplete.
+    pub(crate) fn cut(&mut self, why: &str) {
+        let Some(open) = self.open.take() else {
+            return;
+        };
+        if let Some(m) = &self.access.metrics {
+            m.streams_open.fetch_sub(1, Ordering::Relaxed);
+        }
+        if !open.flow.is_closed() {
+            warn_limited!(
+                plugin = %self.plugin,
+                request = %format_args!("{:016x}", self.request_id),
+                "streamed response cut: {why}"
+            );
+        }
+        self.responder.end(Vec::new(), true);
+        self.access
+            .log(open.status, open.sent, &self.plugin, Some(self.request_id));
+    }
+
     fn send(&mut self, bytes: Vec<u8>, keep_alive: bool, status: u16) {
         self.responded = true;
         self.access
@@ -189,5 +321,33 @@ impl<R: Responder> Respond for Exchange<R> {
         body: &[u8],
     ) -> Result<(), AlreadyResponded> {
         Exchange::respond(self, status, headers, body)
+    }
+
+    fn streams(&self) -> bool {
+        true
+    }
+
+    fn start(&mut self, status: u16, headers: &[(String, Vec<u8>)]) -> Result<Flow, StreamError> {
+        Exchange::start(self, status, headers)
+    }
+
+    fn write(&mut self, data: &[u8]) -> Result<(), StreamError> {
+        Exchange::write(self, data)
+    }
+
+    fn finish(&mut self, trailers: &[(String, Vec<u8>)]) -> Result<(), StreamError> {
+        Exchange::finish(self, trailers)
+    }
+
+    fn cut(&mut self, why: &str) {
+        Exchange::cut(self, why);
+    }
+}
+
+/// A stream still open when its exchange goes (the call failed, or the host panicked) is
+/// cut, so that its connection never waits for a body that will not come.
+impl<R: Responder> Drop for Exchange<R> {
+    fn drop(&mut self) {
+        self.cut("the call ended without ending its body");
     }
 }

@@ -22,6 +22,28 @@ pub enum Reply {
         /// Close the connection once `bytes` are written.
         close: bool,
     },
+    /// The head of a streamed response to request `seq` of `conn`; its pieces follow, then
+    /// its end. The loop releases `flow` as it writes.
+    Stream {
+        conn: ConnId,
+        seq: u64,
+        head: Vec<u8>,
+        flow: crate::message::Flow,
+    },
+    /// One piece of a streamed body, framed.
+    Piece {
+        conn: ConnId,
+        seq: u64,
+        bytes: Vec<u8>,
+    },
+    /// The end of a streamed response: its last bytes; `close`: end the connection after
+    /// them.
+    End {
+        conn: ConnId,
+        seq: u64,
+        last: Vec<u8>,
+        close: bool,
+    },
     /// Request `seq` of `conn` was accepted as a WebSocket: write `bytes` (the 101), then speak
     /// WebSocket. The plugin's open event is already running; `EventDone` follows it.
     Upgrade {

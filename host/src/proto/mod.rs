@@ -4,6 +4,7 @@
 //! - [`request`] parses a request head (`Partial` until the blank line arrives);
 //! - [`body`] decodes a `Content-Length` or chunked body incrementally;
 //! - [`response`] encodes a response, with the headers the host owns and content negotiation;
+//! - [`stream`] encodes a response whose body comes in pieces: its head, framing and coding;
 //! - [`error`] names every way a client can get the protocol wrong;
 //! - [`ws`] checks a WebSocket handshake, and [`frame`] reads and writes WebSocket frames;
 //! - [`ws_extension`] negotiates permessage-deflate, and [`ws_deflate`] compresses and inflates.
@@ -15,6 +16,7 @@ pub(crate) mod error;
 pub mod frame;
 pub mod request;
 pub mod response;
+pub mod stream;
 pub(crate) mod ws;
 pub mod ws_deflate;
 pub mod ws_extension;

@@ -65,7 +65,7 @@ const HOST_OWNED: [&str; 6] = [
     "upgrade",
 ];
 
-fn host_owned(name: &[u8]) -> bool {
+pub(super) fn host_owned(name: &[u8]) -> bool {
     HOST_OWNED
         .iter()
         .any(|owned| name.eq_ignore_ascii_case(owned.as_bytes()))
@@ -185,7 +185,7 @@ pub fn encode<F: Field>(
 }
 
 /// A `Content-Length` value: decimal digits only, as RFC 9110 §8.6 writes it.
-fn parse_length(value: &[u8]) -> Option<usize> {
+pub(super) fn parse_length(value: &[u8]) -> Option<usize> {
     let value = trim_ows(value);
     if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
         return None;
@@ -238,7 +238,7 @@ pub(crate) fn encode_simple(
 /// The interim response that tells a client to send the body it announced (RFC 9110 §10.1.1).
 pub(crate) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
-fn connection_header(version: Version, keep_alive: bool, out: &mut Vec<u8>) {
+pub(super) fn connection_header(version: Version, keep_alive: bool, out: &mut Vec<u8>) {
     match (keep_alive, version) {
         (false, _) => out.extend_from_slice(b"connection: close\r\n"),
         (true, Version::Http10) => out.extend_from_slice(b"connection: keep-alive\r\n"),
@@ -248,7 +248,7 @@ fn connection_header(version: Version, keep_alive: bool, out: &mut Vec<u8>) {
 
 /// `HTTP/1.1 SP status SP reason CRLF`; the SP before the reason is present even when the
 /// reason is empty (RFC 9112 §4).
-fn status_line(status: u16, out: &mut Vec<u8>) {
+pub(super) fn status_line(status: u16, out: &mut Vec<u8>) {
     if status == 200 {
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
         return;
@@ -294,7 +294,7 @@ static TOKEN: [bool; 256] = {
 };
 
 /// `value` without the spaces and tabs around it (RFC 9110 §5.6.3 OWS).
-fn trim_ows(value: &[u8]) -> &[u8] {
+pub(super) fn trim_ows(value: &[u8]) -> &[u8] {
     let start = value.iter().position(|&b| b != b' ' && b != b'\t');
     let end = value.iter().rposition(|&b| b != b' ' && b != b'\t');
     match (start, end) {

@@ -75,7 +75,7 @@ impl<S: Transport> HttpConn<S> {
                     return self.advance(ctx);
                 }
             }
-            State::Waiting | State::Closing => {}
+            State::Waiting | State::Streaming { .. } | State::Closing => {}
         }
         self.stay()
     }
@@ -105,7 +105,7 @@ impl<S: Transport> HttpConn<S> {
                 self.idle_since = None;
                 self.request_since.get_or_insert_with(Instant::now);
             }
-            State::Waiting | State::Closing | State::Lingering { .. } => {
+            State::Waiting | State::Streaming { .. } | State::Closing | State::Lingering { .. } => {
                 self.idle_since = None;
                 self.request_since = None;
                 self.body_progress = None;

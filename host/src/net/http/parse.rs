@@ -17,7 +17,7 @@ impl<S: Transport> HttpConn<S> {
     /// One step of protocol work on buffered input. Returns whether anything changed.
     pub(super) fn process(&mut self, ctx: &HttpCtx<'_>) -> Result<bool, ProtoError> {
         match &mut self.state {
-            State::Waiting | State::Closing => Ok(false),
+            State::Waiting | State::Streaming { .. } | State::Closing => Ok(false),
             State::Lingering {
                 discarded,
                 last_read,

@@ -316,3 +316,58 @@ fn a_body_deadline_follows_progress() {
     c.on_timer(at(32), &ctx);
     assert!(written(&mut c).starts_with("HTTP/1.1 408 "));
 }
+
+#[test]
+fn a_stream_releases_its_flow_as_the_client_reads_and_closes_it_when_the_client_goes() {
+    let (limits, router) = (Limits::default(), Nowhere(1 << 20));
+    let ctx = ctx(&limits, &router);
+    let mut c = conn();
+    // A response still unwritten from the request before: its bytes are not the stream's.
+    let two = b"GET /1 HTTP/1.1\r\nHost: h\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\n";
+    let first = feed(&mut c, two, &ctx).dispatch.unwrap();
+    c.stream.stuck = true;
+    let earlier = b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n1".to_vec();
+    let foreign = earlier.len();
+    let second = c
+        .on_reply(first.seq, earlier, false, &ctx)
+        .dispatch
+        .unwrap();
+    let flow = Flow::new(64);
+    let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+    flow.add(head.len());
+    c.on_stream(second.seq, head.clone(), flow.clone(), &ctx);
+    for piece in [&b"3\r\nabc\r\n"[..], b"2\r\nde\r\n"] {
+        flow.add(piece.len());
+        c.on_piece(second.seq, piece.to_vec(), &ctx);
+    }
+    let held = head.len() + 15;
+    assert_eq!(flow.held(), held);
+    // A stale piece (another position) never reaches the wire.
+    c.on_piece(first.seq, b"stale".to_vec(), &ctx);
+    // The client reads: everything written past the earlier response is released.
+    c.stream.stuck = false;
+    c.on_ready(false, &ctx);
+    assert_eq!(flow.held(), 0);
+    let out = written(&mut c);
+    assert_eq!(out.len(), foreign + held, "{out}");
+    assert!(!out.contains("stale"), "{out}");
+    // The end goes out, and the next request may come.
+    c.on_end(second.seq, b"0\r\n\r\n".to_vec(), false, &ctx);
+    assert!(written(&mut c).ends_with("0\r\n\r\n"));
+    let third = feed(&mut c, b"GET /3 HTTP/1.1\r\nHost: h\r\n\r\n", &ctx)
+        .dispatch
+        .unwrap();
+    // A client that leaves mid-stream closes the flow: the writer's next write fails.
+    let flow = Flow::new(64);
+    c.on_stream(
+        third.seq,
+        b"HTTP/1.1 200 OK\r\n\r\n".to_vec(),
+        flow.clone(),
+        &ctx,
+    );
+    c.stream.eof = true;
+    let step = c.on_ready(true, &ctx);
+    assert_eq!(step.liveness, Liveness::Closed);
+    c.abandon();
+    assert!(flow.is_closed());
+}

@@ -6,7 +6,8 @@
 
 use std::any::Any;
 
-use crate::limits::LOOP_BODY_BYTES;
+use crate::limits::{LOOP_BODY_BYTES, STREAM_PIECE_BYTES};
+pub use crate::message::Flow;
 use crate::runtime::bindings::ankh::plugin::http;
 use crate::runtime::bindings::types::{self, RespondError};
 use crate::runtime::sandbox::exec::leave_loop;
@@ -15,6 +16,23 @@ use crate::runtime::sandbox::store::HostState;
 /// A second final response was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AlreadyResponded;
+
+/// Why a streamed response, or one of its pieces, was not sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    #[error("the request was already answered")]
+    AlreadyResponded,
+    #[error("the response is not valid ({0}); a 500 was sent instead")]
+    Invalid(String),
+    #[error("no streamed response was started, or it has ended")]
+    NotStarted,
+    #[error("the client is gone")]
+    Closed,
+    #[error("{0}")]
+    Body(#[from] crate::proto::stream::BodyError),
+    #[error("this call cannot stream its response")]
+    Unsupported,
+}
 
 /// Where the one final answer to the request being handled goes.
 pub trait Respond: Any + Send {
@@ -26,6 +44,45 @@ pub trait Respond: Any + Send {
         headers: &[(String, Vec<u8>)],
         body: &[u8],
     ) -> Result<(), AlreadyResponded>;
+
+    /// Whether [`Respond::start`] can stream (a test's stand-in may not).
+    fn streams(&self) -> bool {
+        false
+    }
+
+    /// Starts a streamed response: its head leaves now, its body follows in pieces. Returns
+    /// the flow to take room from before each piece (see [`Flow`]).
+    fn start(&mut self, _status: u16, _headers: &[(String, Vec<u8>)]) -> Result<Flow, StreamError> {
+        Err(StreamError::Unsupported)
+    }
+
+    /// One piece of the body, at most [`STREAM_PIECE_BYTES`]; its writer took room first.
+    fn write(&mut self, _data: &[u8]) -> Result<(), StreamError> {
+        Err(StreamError::NotStarted)
+    }
+
+    /// Ends the streamed body, with `trailers` where the framing carries them.
+    fn finish(&mut self, _trailers: &[(String, Vec<u8>)]) -> Result<(), StreamError> {
+        Err(StreamError::NotStarted)
+    }
+
+    /// Ends a streamed response that cannot end well: the client sees it incomplete.
+    fn cut(&mut self, _why: &str) {}
+}
+
+/// Writes `data` into the streamed response of `call` in pieces of at most
+/// [`STREAM_PIECE_BYTES`], each once the flow has room: while the client reads slower than
+/// the body is written, the call waits here (suspended, holding no thread).
+pub(crate) async fn write_piecewise(
+    call: &mut dyn Respond,
+    flow: &Flow,
+    data: &[u8],
+) -> Result<(), StreamError> {
+    for piece in data.chunks(STREAM_PIECE_BYTES) {
+        flow.room().await.map_err(|_| StreamError::Closed)?;
+        call.write(piece)?;
+    }
+    Ok(())
 }
 
 impl http::Host for HostState {
