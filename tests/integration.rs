@@ -55,3 +55,5 @@ mod shards;
 mod waits;
 // Outbound HTTP from plugins: grants, address rules, pooling, timeouts, caps.
 mod outbound;
+// Streamed responses: pieces as they are written, trailers, backpressure, clients that leave.
+mod streaming;

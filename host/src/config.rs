@@ -715,7 +715,7 @@ pub(crate) fn limit_settings<C: HasLimits>() -> Vec<LimitSetting<C>> {
             1,
             1 << 40,
             limits::MAX_RESPONSE_BYTES,
-            "Largest response body a wasi:http/proxy plugin may give (it is buffered); past it the client gets 502",
+            "Largest wasi:http/proxy response body read whole, where the call cannot stream it (served bodies past 64 KiB stream); past it the client gets 502",
             Override::Never,
             max_response_bytes
         ),

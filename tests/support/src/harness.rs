@@ -625,6 +625,8 @@ pub struct Response {
     pub status_line: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The trailer fields of a chunked body.
+    pub trailers: Vec<(String, String)>,
 }
 
 impl Response {
@@ -673,6 +675,7 @@ pub fn read_response_opts(r: &mut impl BufRead, head: bool, skip_interim: bool) 
             status_line: status_line.trim_end().to_owned(),
             headers,
             body: Vec::new(),
+            trailers: Vec::new(),
         };
         if (100..200).contains(&status) {
             if skip_interim {
@@ -683,7 +686,12 @@ pub fn read_response_opts(r: &mut impl BufRead, head: bool, skip_interim: bool) 
         if head || status == 204 || status == 304 {
             return resp;
         }
-        if let Some(len) = resp.header("content-length") {
+        if resp
+            .header("transfer-encoding")
+            .is_some_and(|te| te.eq_ignore_ascii_case("chunked"))
+        {
+            (resp.body, resp.trailers) = read_chunked(r);
+        } else if let Some(len) = resp.header("content-length") {
             let len: usize = len.parse().unwrap();
             resp.body = vec![0; len];
             r.read_exact(&mut resp.body).unwrap();
@@ -691,6 +699,42 @@ pub fn read_response_opts(r: &mut impl BufRead, head: bool, skip_interim: bool) 
             r.read_to_end(&mut resp.body).unwrap();
         }
         return resp;
+    }
+}
+
+/// Reads a chunked body to its end: the body, and the trailer fields.
+pub fn read_chunked(r: &mut impl BufRead) -> (Vec<u8>, Vec<(String, String)>) {
+    let mut body = Vec::new();
+    loop {
+        let mut size = String::new();
+        r.read_line(&mut size).expect("a chunk size line");
+        assert!(
+            size.ends_with("\r\n"),
+            "the chunked body ended early: {size:?}"
+        );
+        let size = size.trim_end().split(';').next().unwrap_or_default();
+        let size =
+            usize::from_str_radix(size, 16).unwrap_or_else(|_| panic!("bad chunk size {size:?}"));
+        if size == 0 {
+            break;
+        }
+        let at = body.len();
+        body.resize(at + size, 0);
+        r.read_exact(&mut body[at..]).expect("a chunk's data");
+        let mut crlf = [0u8; 2];
+        r.read_exact(&mut crlf).expect("a chunk's CRLF");
+        assert_eq!(&crlf, b"\r\n", "a chunk's data is followed by CRLF");
+    }
+    let mut trailers = Vec::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).expect("a trailer line");
+        let line = line.trim_end_matches(['\r', '\n']);
+        if line.is_empty() {
+            return (body, trailers);
+        }
+        let (n, v) = line.split_once(':').expect("a trailer line with a colon");
+        trailers.push((n.to_owned(), v.trim().to_owned()));
     }
 }
 

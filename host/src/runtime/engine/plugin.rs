@@ -239,13 +239,11 @@ impl Plugin {
             crate::runtime::host::outbound::OutboundConfig::from_limits(&policy.limits),
             metrics.clone(),
         ));
-        // A body of up to the larger cap fits in the stream's buffer, however small its
-        // writes, so a guest writing its whole body before `set` cannot wait on itself.
-        let body_cap = server.max_response_bytes.max(server.max_body_bytes);
+        // What a guest may write into a body that nobody reads yet (its response before
+        // `set`, its request before sending it), and what the host holds of a streamed body
+        // ahead of its reader: HTTP_BODY_AHEAD_BYTES.
         let body_buffer_chunks =
-            usize::try_from(body_cap / crate::limits::HTTP_BODY_WRITE_BYTES as u64)
-                .unwrap_or(usize::MAX / 2)
-                + 1;
+            crate::limits::HTTP_BODY_AHEAD_BYTES / crate::limits::HTTP_BODY_WRITE_BYTES;
         Ok(Plugin {
             outbound,
             body_buffer_chunks,

@@ -2,25 +2,27 @@
 //! ankh's buffered request, with no HTTP server of wasi-http's own.
 //!
 //! The request becomes an `incoming-request` (its body already complete, its path the part
-//! below the plugin's mount: `/NAME/x` arrives as `/x`), the response
-//! comes back through a `response-outparam`, and its body is read to the end before ankh
-//! answers: trailers and streaming are not passed on, the body is buffered like any plugin's
-//! response, and the host then writes it with its own framing, gzip and HEAD rules.
+//! below the plugin's mount: `/NAME/x` arrives as `/x`), and the response comes back through
+//! a `response-outparam`. A body the guest writes in one go is read whole and answered with
+//! its length, like any plugin's response (ankh's own framing, gzip and HEAD rules); a body
+//! that comes over time, or is large, or ends with trailers, is streamed: its head leaves
+//! with what was written so far and every later piece as it comes (see [`read_response`]).
 //!
-//! **The body never deadlocks a call.** A guest may write its body before it calls
-//! `response-outparam.set`, and the host can read it only after. Each write into a body
-//! stream is at most [`HTTP_BODY_WRITE_BYTES`] (the stream's `check-write` budget), and the
-//! stream buffers enough writes to hold [`MAX_RESPONSE_BYTES`]: a body within the cap
-//! always fits, whatever the guest's write sizes, and the host memory it holds is bounded by
-//! the cap. The body is read while the guest still runs (the two are polled together on the
-//! call's fiber). A guest that never finishes its body is cut at the call's handler
-//! timeout, like any wait; one whose body passes the cap gets 502.
+//! **Bounded memory, no deadlock.** A guest may write its body before it calls
+//! `response-outparam.set`, and the host can read it only after: up to
+//! [`HTTP_BODY_AHEAD_BYTES`] (1 MiB) waits in the body's stream, as under `wasmtime serve`;
+//! a guest that writes more before `set` waits until its handler timeout. After `set` the
+//! body is read while the guest still runs (the two are polled together on the call's
+//! fiber), and a streamed body holds at most that much in the stream plus
+//! [`STREAM_BUFFER_BYTES`] in the connection: a client that reads slowly makes the guest's
+//! writes wait. A guest that never finishes its body is cut at the call's handler timeout,
+//! like any wait.
 //!
-//! [`HTTP_BODY_WRITE_BYTES`]: crate::limits::HTTP_BODY_WRITE_BYTES
-//! [`MAX_RESPONSE_BYTES`]: crate::limits::MAX_RESPONSE_BYTES
+//! [`HTTP_BODY_AHEAD_BYTES`]: crate::limits::HTTP_BODY_AHEAD_BYTES
+//! [`STREAM_BUFFER_BYTES`]: crate::limits::STREAM_BUFFER_BYTES
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::task::Poll;
 
 use bytes::Bytes;
@@ -34,7 +36,8 @@ use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use crate::runtime::bindings::types;
 use crate::runtime::sandbox::store::HostState;
 
-use crate::limits::LOOP_BODY_BYTES;
+use crate::limits::{LOOP_BODY_BYTES, STREAM_PIECE_BYTES};
+use crate::runtime::host::http::write_piecewise;
 use crate::runtime::sandbox::exec::leave_loop;
 
 /// The authority given to a request that names none (HTTP/1.0 without `Host`): wasi-http
@@ -84,8 +87,9 @@ async fn serve(
     let cap = store.data().limits.max_response_bytes;
     let stop = store.data().watch.stopped();
     let collect = async move {
-        match rx.await {
-            Ok(Ok(response)) => read_response(response, cap, head).await,
+        let mut context = context;
+        let outcome = match rx.await {
+            Ok(Ok(response)) => read_response(response, cap, head, context.as_deref_mut()).await,
             Ok(Err(code)) => Err(Answer(
                 500,
                 format!("the handler set an error response: {code:?}"),
@@ -94,7 +98,8 @@ async fn serve(
                 500,
                 "the handler returned without setting a response".into(),
             )),
-        }
+        };
+        (outcome, context)
     };
     let (called, collected) = {
         let mut call = pin!(
@@ -124,31 +129,33 @@ async fn serve(
             collect.as_mut().poll(cx).map(Some)
         })
         .await;
-        match (called, collected, context) {
+        match (called, collected) {
             // A HEAD response set before a trap: the client has it, the trap is the call's.
-            (Some(Err(trap)), Some(Ok(Ok(response))), Some(context)) => {
+            (Some(Err(trap)), Some(Ok((Ok(Collected::Whole(response)), Some(context))))) => {
                 send(context, response);
                 return Err(trap);
             }
-            (Some(done), collected, _) => (done, collected),
-            // The response is complete and the guest still runs: it leaves now, and the
-            // guest finishes within the call's bounds.
-            (None, Some(Ok(answer)), Some(context)) => {
-                send(
-                    context,
-                    answer.unwrap_or_else(|Answer(status, why)| refusal(status, &why)),
-                );
+            (Some(done), collected) => (done, collected),
+            // The response is complete (or streamed to its end) and the guest still runs:
+            // it leaves now, and the guest finishes within the call's bounds.
+            (None, Some(Ok((answer, Some(context))))) => {
+                match answer {
+                    Ok(Collected::Whole(response)) => send(context, response),
+                    Ok(Collected::Streamed) => {}
+                    Err(Answer(status, why)) => send(context, refusal(status, &why)),
+                }
                 call.await?;
                 return Ok(types::Outcome::Done);
             }
-            (None, collected, _) => (call.await, collected),
+            (None, collected) => (call.await, collected),
         }
     };
     // A trap is the call's failure, whatever was read.
     called?;
     Ok(match collected {
-        Some(Ok(Ok(response))) => types::Outcome::Respond(response),
-        Some(Ok(Err(Answer(status, why)))) => types::Outcome::Respond(refusal(status, &why)),
+        Some(Ok((Ok(Collected::Whole(response)), _))) => types::Outcome::Respond(response),
+        Some(Ok((Ok(Collected::Streamed), _))) => types::Outcome::Done,
+        Some(Ok((Err(Answer(status, why)), _))) => types::Outcome::Respond(refusal(status, &why)),
         Some(Err(stop)) => {
             store.data_mut().watch.record(stop);
             return Err(wasmtime::Error::new(
@@ -157,6 +164,14 @@ async fn serve(
         }
         None => unreachable!("only a trap leaves the body unread, and it returned above"),
     })
+}
+
+/// What came of reading the guest's response.
+enum Collected {
+    /// Its whole body, read before any of it was sent.
+    Whole(types::Response),
+    /// Sent as a stream, through the call's answer, to its end (or until the client left).
+    Streamed,
 }
 
 /// Sends `response` through the call's early answer; the guest may work on.
@@ -247,52 +262,138 @@ fn to_http(request: &types::Request) -> Result<http::Request<Full<Bytes>>, Strin
         .map_err(|e| format!("the request is not valid for wasi:http: {e}"))
 }
 
-/// The guest's response with its body read to the end, at most `cap` bytes.
+/// The guest's response: its body read to the end (at most `cap` bytes) while it comes
+/// complete, else streamed through `context`.
+///
+/// Frames that are ready at once are gathered, so a body the guest writes in one go leaves
+/// as one response with its length, as before. Once the next frame is not ready (the guest
+/// is working, or waiting, between writes), once more than [`STREAM_PIECE_BYTES`] are
+/// gathered, or once trailers come, the head leaves with what was gathered, and every later
+/// frame follows as it comes, each once the client has taken enough of the earlier ones
+/// (see [`Flow`]). A streamed body has no cap: it is bounded by time, not size.
 ///
 /// For HEAD (`head`), a body that fails is no failure, since none of it would be sent: axum,
 /// for one, keeps GET's `content-length` on HEAD and writes nothing, so finishing the body
 /// fails and the guest traps after setting its response. The answer is then the head, with
 /// the length the guest declared for the response writer to send where GET would.
+///
+/// [`Flow`]: crate::message::Flow
 async fn read_response(
     response: http::Response<HyperOutgoingBody>,
     cap: u64,
     head: bool,
-) -> Result<types::Response, Answer> {
+    mut context: Option<&mut dyn crate::runtime::host::http::Respond>,
+) -> Result<Collected, Answer> {
     let (parts, mut body) = response.into_parts();
     let mut bytes = Vec::new();
     let mut on_loop = true;
-    while let Some(frame) = body.frame().await {
+    // HEAD too: its head mirrors GET's, and the pieces are dropped (the body is drained so
+    // the guest can finish, never gathered).
+    let may_stream = context.as_ref().is_some_and(|c| c.streams());
+    let mut flow: Option<crate::message::Flow> = None;
+    loop {
+        let frame = if flow.is_none() && may_stream {
+            // Only what is ready now; a frame not ready means the body comes over time.
+            let ready = std::future::poll_fn(|cx| {
+                Poll::Ready(match http_body::Body::poll_frame(Pin::new(&mut body), cx) {
+                    Poll::Ready(frame) => Some(frame),
+                    Poll::Pending => None,
+                })
+            })
+            .await;
+            match ready {
+                Some(frame) => frame,
+                None => {
+                    if let Some(call) = context.as_deref_mut() {
+                        flow = Some(start_stream(call, &parts, &mut bytes).await?);
+                    }
+                    continue;
+                }
+            }
+        } else {
+            body.frame().await
+        };
+        let Some(frame) = frame else { break };
         let frame = match frame {
             Ok(frame) => frame,
+            Err(_) if head && flow.is_some() => {
+                // The head is out and complete: nothing of the body would have been sent.
+                if let Some(call) = context.as_deref_mut() {
+                    let _ = call.finish(&[]);
+                }
+                return Ok(Collected::Streamed);
+            }
             Err(_) if head => {
-                return Ok(types::Response {
+                return Ok(Collected::Whole(types::Response {
                     status: parts.status.as_u16(),
                     headers: response_headers(&parts.headers, &["trailer"]),
                     body: Vec::new(),
-                });
+                }));
             }
             Err(e) => {
+                if let Some(call) = context.as_deref_mut().filter(|_| flow.is_some()) {
+                    // The head is out: the body is cut, and the client sees it incomplete.
+                    call.cut(&format!("the handler's response body failed: {e}"));
+                    return Ok(Collected::Streamed);
+                }
                 return Err(Answer(
                     500,
                     format!("the handler's response body failed: {e}"),
                 ));
             }
         };
-        if let Ok(data) = frame.into_data() {
-            if (bytes.len() + data.len()) as u64 > cap {
-                return Err(Answer(
-                    502,
-                    format!("the handler's response body is over the limit of {cap} bytes"),
-                ));
+        let frame = match frame.into_data() {
+            Ok(data) => {
+                if let (Some(flow), Some(call)) = (&flow, context.as_deref_mut()) {
+                    if write_piecewise(call, flow, &data).await.is_err() {
+                        // The client is gone, or the body broke its declared length: nothing
+                        // more of it is read; the guest's call ends at its next wait.
+                        return Ok(Collected::Streamed);
+                    }
+                    continue;
+                }
+                if (bytes.len() + data.len()) as u64 > cap && !may_stream {
+                    return Err(Answer(
+                        502,
+                        format!("the handler's response body is over the limit of {cap} bytes"),
+                    ));
+                }
+                bytes.extend_from_slice(&data);
+                if may_stream && bytes.len() > STREAM_PIECE_BYTES {
+                    if let Some(call) = context.as_deref_mut() {
+                        flow = Some(start_stream(call, &parts, &mut bytes).await?);
+                    }
+                    continue;
+                }
+                // A big body is collected (and then compressed) on a worker, not on the loop.
+                if on_loop && bytes.len() > LOOP_BODY_BYTES {
+                    on_loop = false;
+                    leave_loop().await;
+                }
+                continue;
             }
-            bytes.extend_from_slice(&data);
-            // A big body is collected (and then compressed) on a worker, not on the loop.
-            if on_loop && bytes.len() > LOOP_BODY_BYTES {
-                on_loop = false;
-                leave_loop().await;
+            Err(frame) => frame,
+        };
+        if let Ok(trailers) = frame.into_trailers() {
+            let Some(call) = context.as_deref_mut().filter(|_| may_stream) else {
+                // Nowhere to send them: a buffered body carries no trailers.
+                continue;
+            };
+            if flow.is_none() {
+                start_stream(call, &parts, &mut bytes).await?;
             }
+            let trailers: Vec<(String, Vec<u8>)> = trailers
+                .iter()
+                .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+                .collect();
+            let _ = call.finish(&trailers);
+            return Ok(Collected::Streamed);
         }
-        // Trailers are dropped: the body is buffered, and ankh's responses carry none.
+    }
+    if let (Some(_), Some(call)) = (&flow, context) {
+        // A body short of its declared length is cut by `finish`.
+        let _ = call.finish(&[]);
+        return Ok(Collected::Streamed);
     }
     // A HEAD response keeps the length it declared: the response writer sends it where GET
     // would have, since the body it stands for is not there.
@@ -301,11 +402,31 @@ async fn read_response(
     } else {
         &DROPPED_RESPONSE_HEADERS
     };
-    Ok(types::Response {
+    Ok(Collected::Whole(types::Response {
         status: parts.status.as_u16(),
         headers: response_headers(&parts.headers, dropped),
         body: bytes,
-    })
+    }))
+}
+
+/// Sends the head of the guest's response as a stream, then what was gathered of its body.
+async fn start_stream(
+    call: &mut dyn crate::runtime::host::http::Respond,
+    parts: &http::response::Parts,
+    gathered: &mut Vec<u8>,
+) -> Result<crate::message::Flow, Answer> {
+    let headers: Vec<(String, Vec<u8>)> = response_headers(&parts.headers, &[])
+        .into_iter()
+        .map(|h| (h.name, h.value))
+        .collect();
+    // An invalid head was answered with a 500 by `start`: nothing more is sent.
+    let flow = call
+        .start(parts.status.as_u16(), &headers)
+        .map_err(|e| Answer(500, e.to_string()))?;
+    let first = std::mem::take(gathered);
+    // Written or not (the client may be gone already), the rest follows the flow.
+    let _ = write_piecewise(call, &flow, &first).await;
+    Ok(flow)
 }
 
 /// The guest's response headers, without wasi:http's forbidden ones and `dropped`.

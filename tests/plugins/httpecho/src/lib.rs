@@ -18,6 +18,13 @@
 //! - `/after?ms=N`: answers `answered` in full, then waits N ms and prints `after N ms` on
 //!   stdout; `/after?ms=N&trap=1` panics instead of printing
 //! - `/echo` also answers `x-authority` (the request's authority) and `x-scheme`
+//! - `/lines?n=N&ms=M`: `line I` for I in 0..N, one a line, M ms apart (a body over time)
+//! - `/gated?gate=HOST:PORT`: `first`, then a GET to `http://HOST:PORT/` (granted by the
+//!   test's policy), then `second` and what the gate answered: the test answers the gate only
+//!   once it has read `first`, which proves the first piece left before the handler ended
+//! - `/stream?bytes=N`: N bytes of the repeating alphabet in writes of 4,082 bytes (a
+//!   multiple of 26, within the 4 KiB a write may carry), made from one buffer: any size, in
+//!   little guest memory
 //! - anything else: 404 `not found`
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,6 +99,48 @@ fn respond(out: ResponseOutparam, status: u16, headers: &[(&str, Vec<u8>)], body
     ResponseOutparam::set(out, Ok(response));
     write_all(&outgoing, body);
     OutgoingBody::finish(outgoing, None).expect("the body ends");
+}
+
+/// Sets a 200 response with `headers` and returns its body and the body's stream.
+fn start(
+    out: ResponseOutparam,
+    headers: &[(&str, Vec<u8>)],
+) -> (OutgoingBody, wasip2::io::streams::OutputStream) {
+    let fields = Fields::new();
+    for (name, value) in headers {
+        fields.append(name, value).expect("valid header");
+    }
+    let response = OutgoingResponse::new(fields);
+    let outgoing = response.body().expect("the body is taken once");
+    ResponseOutparam::set(out, Ok(response));
+    let stream = outgoing.write().expect("the stream is taken once");
+    (outgoing, stream)
+}
+
+/// `GET http://AUTHORITY/`: its status and body as text, or the error.
+fn get(authority: &str) -> String {
+    use wasip2::http::outgoing_handler;
+    use wasip2::http::types::OutgoingRequest;
+    let request = OutgoingRequest::new(Fields::new());
+    let _ = request.set_scheme(Some(&Scheme::Http));
+    let _ = request.set_authority(Some(authority));
+    let _ = request.set_path_with_query(Some("/"));
+    let future = match outgoing_handler::handle(request, None) {
+        Ok(future) => future,
+        Err(e) => return format!("error {e:?}"),
+    };
+    future.subscribe().block();
+    let response = match future.get() {
+        Some(Ok(Ok(response))) => response,
+        other => return format!("error {other:?}"),
+    };
+    let body = response.consume().expect("the body is consumed once");
+    let stream = body.stream().expect("the stream is taken once");
+    let mut text = Vec::new();
+    while let Ok(chunk) = stream.blocking_read(64 * 1024) {
+        text.extend_from_slice(&chunk);
+    }
+    format!("{} {}", response.status(), String::from_utf8_lossy(&text))
 }
 
 impl wasip2::exports::http::incoming_handler::Guest for Echo {
@@ -199,6 +248,54 @@ impl wasip2::exports::http::incoming_handler::Guest for Echo {
                 write_all(&outgoing, b"partial");
                 // Neither finished nor dropped: the body never ends.
                 std::mem::forget(outgoing);
+            }
+            "/lines" => {
+                let n: u32 = param(query, "n").and_then(|v| v.parse().ok()).unwrap_or(3);
+                let ms: u64 = param(query, "ms").and_then(|v| v.parse().ok()).unwrap_or(0);
+                let (outgoing, stream) = start(out, &text());
+                for i in 0..n {
+                    if i > 0 && ms > 0 {
+                        wasip2::clocks::monotonic_clock::subscribe_duration(ms * 1_000_000).block();
+                    }
+                    if stream
+                        .blocking_write_and_flush(format!("line {i}\n").as_bytes())
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                drop(stream);
+                OutgoingBody::finish(outgoing, None).expect("the body ends");
+            }
+            "/gated" => {
+                let gate = param(query, "gate").unwrap_or("127.0.0.1:9").to_owned();
+                let (outgoing, stream) = start(out, &text());
+                stream
+                    .blocking_write_and_flush(b"first\n")
+                    .expect("the host takes the body");
+                let answer = get(&gate);
+                stream
+                    .blocking_write_and_flush(format!("second {answer}\n").as_bytes())
+                    .expect("the host takes the body");
+                drop(stream);
+                OutgoingBody::finish(outgoing, None).expect("the body ends");
+            }
+            "/stream" => {
+                let mut n: u64 = param(query, "bytes")
+                    .and_then(|b| b.parse().ok())
+                    .unwrap_or(0);
+                let piece: Vec<u8> = (0..4082).map(|i| b'a' + (i % 26) as u8).collect();
+                let (outgoing, stream) = start(out, &[("content-type", b"text/plain".to_vec())]);
+                while n > 0 {
+                    let len = n.min(piece.len() as u64) as usize;
+                    if stream.blocking_write_and_flush(&piece[..len]).is_err() {
+                        // The client is gone.
+                        return;
+                    }
+                    n -= len as u64;
+                }
+                drop(stream);
+                OutgoingBody::finish(outgoing, None).expect("the body ends");
             }
             _ => respond(out, 404, &text(), b"not found\n"),
         }

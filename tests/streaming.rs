@@ -1,0 +1,287 @@
+//! Streamed responses (issue 34): a body that leaves as it is written, with chunked framing,
+//! trailers, backpressure from a client that does not read, and a client that leaves. The
+//! producer here is a `wasi:http` component (`httpecho`), whose body ankh now streams.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use crate::harness::{Options, plugins, read_chunked, read_response};
+use crate::metrics::{admin_addr, scrape, value};
+
+const MIB: u64 = 1024 * 1024;
+
+/// Reads a response head: the status line and the header lines, lowercased names.
+fn read_head(r: &mut impl BufRead) -> (String, Vec<(String, String)>) {
+    let mut status = String::new();
+    r.read_line(&mut status).unwrap();
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        let line = line.trim_end();
+        if line.is_empty() {
+            return (status, headers);
+        }
+        let (n, v) = line.split_once(':').unwrap();
+        headers.push((n.to_ascii_lowercase(), v.trim().to_owned()));
+    }
+}
+
+/// One chunk of a chunked body (its data), or `None` at the last chunk.
+fn read_chunk(r: &mut impl BufRead) -> Option<Vec<u8>> {
+    let mut size = String::new();
+    r.read_line(&mut size).unwrap();
+    let size = usize::from_str_radix(size.trim_end(), 16).unwrap();
+    if size == 0 {
+        return None;
+    }
+    let mut data = vec![0; size + 2];
+    r.read_exact(&mut data).unwrap();
+    data.truncate(size);
+    Some(data)
+}
+
+/// The first piece reaches the client while the handler still runs: the handler waits for a
+/// gate that the test opens only after it has read that piece.
+#[test]
+fn the_first_piece_arrives_before_the_handler_ends() {
+    let gate = TcpListener::bind("127.0.0.1:0").unwrap();
+    let gate_addr = gate.local_addr().unwrap();
+    let s = Options::default()
+        .plugin(plugins::HTTPECHO)
+        .file(
+            "httpecho.toml",
+            format!("[capabilities]\nhttp = [\"http://{gate_addr}\"]\n").as_bytes(),
+        )
+        .start();
+    let mut c = s.connect();
+    c.write_all(
+        format!("GET /httpecho/gated?gate={gate_addr} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let (status, headers) = read_head(&mut r);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert!(
+        headers.contains(&("transfer-encoding".into(), "chunked".into())),
+        "{headers:?}"
+    );
+    assert!(
+        !headers.iter().any(|(n, _)| n == "content-length"),
+        "{headers:?}"
+    );
+    assert_eq!(read_chunk(&mut r).unwrap(), b"first\n");
+    // Only now does the handler's outbound call get its answer.
+    let (mut held, _) = gate.accept().unwrap();
+    let mut request = [0u8; 1024];
+    let _ = held.read(&mut request).unwrap();
+    held.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\nopen")
+        .unwrap();
+    drop(held);
+    let (rest, _) = read_chunked(&mut r);
+    assert_eq!(String::from_utf8_lossy(&rest), "second 200 open\n");
+    // The connection stays open for the next request.
+    c.write_all(b"GET /httpecho/ HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert_eq!(
+        read_response(&mut r, false).text(),
+        "hello from wasi:http\n"
+    );
+    s.wait_for_log("GET /httpecho/gated");
+}
+
+/// Lines written over time arrive one by one, with curl -N as with a raw socket; an
+/// HTTP/1.0 client gets the body delimited by the close; trailers reach the wire.
+#[test]
+fn bodies_written_over_time_and_trailers_reach_the_client() {
+    let s = Options::default().plugin(plugins::HTTPECHO).start();
+    // curl with no buffering: every line, in order, whatever the framing.
+    if let Ok(out) = std::process::Command::new("curl")
+        .args(["-sN", &s.url("/httpecho/lines?n=5&ms=50")])
+        .output()
+    {
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "line 0\nline 1\nline 2\nline 3\nline 4\n"
+        );
+    }
+    let r = s.request(b"GET /httpecho/lines?n=3&ms=20 HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(r.text(), "line 0\nline 1\nline 2\n");
+
+    let old = s.raw(b"GET /httpecho/lines?n=3&ms=20 HTTP/1.0\r\n\r\n");
+    assert!(old.contains("connection: close\r\n"), "{old}");
+    assert!(!old.contains("transfer-encoding"), "{old}");
+    assert!(old.ends_with("\r\n\r\nline 0\nline 1\nline 2\n"), "{old}");
+
+    let r = s.request(b"GET /httpecho/trailers HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(r.text(), "body before trailers");
+    assert_eq!(r.trailers, [("x-trailer".to_owned(), "t".to_owned())]);
+
+    // gzip on a stream: each piece decodes as it arrives.
+    let mut c = s.connect();
+    c.write_all(
+        b"GET /httpecho/lines?n=3&ms=20 HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n",
+    )
+    .unwrap();
+    let mut r = BufReader::new(c);
+    let (_, headers) = read_head(&mut r);
+    assert!(
+        headers.contains(&("content-encoding".into(), "gzip".into())),
+        "{headers:?}"
+    );
+    let mut decoder = flate2::write::GzDecoder::new(Vec::new());
+    for i in 0..3 {
+        let piece = read_chunk(&mut r).unwrap();
+        decoder.write_all(&piece).unwrap();
+        decoder.flush().unwrap();
+        let text = String::from_utf8_lossy(decoder.get_ref()).into_owned();
+        assert!(text.ends_with(&format!("line {i}\n")), "{text:?}");
+    }
+}
+
+/// A client that stops reading holds the producer: the bytes the host took stop growing far
+/// short of the body, other requests are answered meanwhile, and once the client reads
+/// again the whole body arrives, byte for byte.
+#[test]
+fn a_client_that_stops_reading_holds_the_producer() {
+    let s = Options::default()
+        .plugin(plugins::HTTPECHO)
+        .flag("--admin", "127.0.0.1:0")
+        .flag("--workers", 1)
+        .start();
+    let admin = admin_addr(&s);
+    let streamed = || {
+        value(
+            &scrape(admin),
+            "ankh_plugin_streamed_bytes_total",
+            &[("plugin", "httpecho")],
+        )
+    };
+    let total = 256 * MIB;
+    let mut c = s.connect();
+    c.write_all(
+        format!("GET /httpecho/stream?bytes={total} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    // Not reading: the count stops moving once the socket buffers and the flow are full.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = -1.0;
+    let mut still = 0;
+    while still < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "the stream never stopped growing"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        let now = streamed();
+        if now == last && now > 0.0 {
+            still += 1;
+        } else {
+            still = 0;
+        }
+        last = now;
+    }
+    eprintln!("a client not reading: {last} bytes taken from the producer, of {total}");
+    assert!(
+        last < (32 * MIB) as f64,
+        "{last} bytes taken from the producer"
+    );
+    // The one worker thread answers other requests meanwhile.
+    assert_eq!(s.get("/httpecho/").1, "hello from wasi:http\n");
+    // Reading again, the body arrives whole and right.
+    let mut r = BufReader::with_capacity(1 << 20, c);
+    let (status, _) = read_head(&mut r);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let (body, _) = read_chunked(&mut r);
+    assert_eq!(body.len() as u64, total);
+    assert!(
+        body.iter()
+            .enumerate()
+            .all(|(i, &b)| b == b'a' + (i % 26) as u8)
+    );
+}
+
+/// A client that leaves mid-stream ends the producer's call promptly; the access line counts
+/// what was sent, and no stream stays open.
+#[test]
+fn a_client_that_leaves_mid_stream_ends_the_call() {
+    let s = Options::default()
+        .plugin(plugins::HTTPECHO)
+        .flag("--admin", "127.0.0.1:0")
+        .start();
+    let admin = admin_addr(&s);
+    let mut c = s.connect();
+    c.write_all(
+        format!(
+            "GET /httpecho/stream?bytes={} HTTP/1.1\r\nHost: x\r\n\r\n",
+            4096 * MIB
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut some = vec![0u8; 1 << 20];
+    c.read_exact(&mut some).unwrap();
+    let open = || {
+        value(
+            &scrape(admin),
+            "ankh_plugin_streams_open",
+            &[("plugin", "httpecho")],
+        )
+    };
+    assert_eq!(open(), 1.0);
+    let left = Instant::now();
+    drop(c);
+    let line = s.wait_for_log("GET /httpecho/stream");
+    assert!(
+        left.elapsed() < Duration::from_secs(5),
+        "{:?} to end the call",
+        left.elapsed()
+    );
+    assert!(line.contains(" 200 "), "{line}");
+    assert_eq!(open(), 0.0);
+    assert_eq!(s.get("/httpecho/").0, 200);
+}
+
+/// A large body streams through in bounded memory: 1 GiB, byte-exact, the server's resident
+/// memory growing by at most 32 MiB.
+#[test]
+fn a_gibibyte_streams_through_in_bounded_memory() {
+    let s = Options::default().plugin(plugins::HTTPECHO).start();
+    assert_eq!(s.get("/httpecho/").0, 200);
+    let before = s.rss_kib();
+    let started = Instant::now();
+    let total = 1024 * MIB;
+    let mut c = s.connect();
+    c.write_all(
+        format!("GET /httpecho/stream?bytes={total} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut r = BufReader::with_capacity(1 << 20, c);
+    let (status, _) = read_head(&mut r);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let (mut received, mut peak) = (0u64, 0u64);
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut expected: u64 = 0xcbf2_9ce4_8422_2325;
+    while let Some(piece) = read_chunk(&mut r) {
+        for (i, &b) in piece.iter().enumerate() {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            let at = received + i as u64;
+            let want = b'a' + (at % 26) as u8;
+            expected = (expected ^ u64::from(want)).wrapping_mul(0x0100_0000_01b3);
+        }
+        received += piece.len() as u64;
+        if received % (64 * MIB) < piece.len() as u64 {
+            peak = peak.max(s.rss_kib());
+        }
+    }
+    assert_eq!(received, total);
+    assert_eq!(hash, expected);
+    let grown = peak.saturating_sub(before);
+    eprintln!(
+        "1 GiB streamed in {:?}, resident memory grew by {grown} KiB",
+        started.elapsed()
+    );
+    assert!(grown <= 32 * 1024, "resident memory grew by {grown} KiB");
+}
