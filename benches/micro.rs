@@ -228,6 +228,7 @@ fn plugin(c: &mut Criterion) {
             received: std::time::Instant::now(),
             metrics: None,
         },
+        stream: Default::default(),
     };
 
     let mut g = c.benchmark_group("plugin");

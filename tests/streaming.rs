@@ -285,3 +285,61 @@ fn a_gibibyte_streams_through_in_bounded_memory() {
     );
     assert!(grown <= 32 * 1024, "resident memory grew by {grown} KiB");
 }
+
+/// Once a response streams, the stream's limits bound its call, not the handler timeout: a
+/// stream longer than the handler timeout completes; one whose plugin pauses past
+/// `stream_idle_timeout_ms`, or that outlasts `stream_timeout_ms`, is ended (cut, its call
+/// stopped).
+#[test]
+fn streams_are_bounded_by_their_own_limits() {
+    let s = Options::default()
+        .plugin(plugins::HTTPECHO)
+        .plugin_as("pausing", plugins::HTTPECHO)
+        .plugin_as("endless", plugins::HTTPECHO)
+        .file("httpecho.toml", b"[limits]\nhandler_timeout_ms = 300\n")
+        .file(
+            "pausing.toml",
+            b"[limits]\nhandler_timeout_ms = 300\nstream_idle_timeout_ms = 500\n",
+        )
+        .file(
+            "endless.toml",
+            b"[limits]\nstream_idle_timeout_ms = 5000\nstream_timeout_ms = 1000\n",
+        )
+        .flag("--admin", "127.0.0.1:0")
+        .start();
+    let started = Instant::now();
+    let r = s.request(b"GET /httpecho/lines?n=5&ms=200 HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(r.text(), "line 0\nline 1\nline 2\nline 3\nline 4\n");
+    assert!(started.elapsed() >= Duration::from_millis(800));
+
+    // A pause of 2 s between lines: the stream ends after the first, at the idle limit.
+    let started = Instant::now();
+    let cut = s.raw(b"GET /pausing/lines?n=3&ms=2000 HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(cut.ends_with("7\r\nline 0\n\r\n"), "{cut:?}");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_millis(2000),
+        "{took:?}"
+    );
+
+    // Lines every 100 ms for a minute: the total limit ends it after about a second.
+    let started = Instant::now();
+    let cut = s.raw(b"GET /endless/lines?n=600&ms=100 HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(cut.contains("line 3\n"), "{cut:?}");
+    assert!(!cut.ends_with("0\r\n\r\n"), "{cut:?}");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1000) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    s.wait_for_log("GET /endless/lines");
+    let admin = admin_addr(&s);
+    for plugin in ["pausing", "endless"] {
+        let open = value(
+            &scrape(admin),
+            "ankh_plugin_streams_open",
+            &[("plugin", plugin)],
+        );
+        assert_eq!(open, 0.0, "{plugin}");
+    }
+}

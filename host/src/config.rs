@@ -830,6 +830,28 @@ pub(crate) fn limit_settings<C: HasLimits>() -> Vec<LimitSetting<C>> {
             send_timeout
         ),
         limit!(
+            "limits.stream_idle_timeout_ms",
+            "stream-idle-timeout-ms",
+            Millis,
+            1,
+            MAX_CALL_MS,
+            limits::STREAM_IDLE_TIMEOUT,
+            "End a streamed response whose plugin writes nothing for this long (its connection closes, its call is stopped)",
+            Override::Any,
+            stream_idle_timeout
+        ),
+        limit!(
+            "limits.stream_timeout_ms",
+            "stream-timeout-ms",
+            Millis,
+            1,
+            MAX_CALL_MS,
+            limits::STREAM_TIMEOUT,
+            "Longest a streamed response may last from its head; once a response streams, this bounds its call instead of handler_timeout_ms",
+            Override::Any,
+            stream_timeout
+        ),
+        limit!(
             "timeouts.drain_ms",
             "drain-timeout-ms",
             Millis,

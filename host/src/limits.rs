@@ -317,6 +317,16 @@ pub const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A connection whose pending output makes no progress for this long is closed.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A streamed response whose producer hands over no piece for this long is ended: its
+/// connection closes, and the producer's call is stopped. Server-Sent Events sources send a
+/// comment as a keep-alive more often than this (the SDK's `sse` keep-alive: every 15 s).
+pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The longest a streamed response may last, from its head: past it, it is ended as at
+/// [`STREAM_IDLE_TIMEOUT`]. Once a response streams, this (not [`HANDLER_TIMEOUT`]) bounds
+/// its call's wall-clock time.
+pub const STREAM_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// After SIGTERM/SIGINT, how long in-flight requests get to finish before everything still
 /// open is closed.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -409,6 +419,10 @@ pub struct Limits {
     pub body_idle_timeout: Duration,
     /// See [`SEND_TIMEOUT`].
     pub send_timeout: Duration,
+    /// See [`STREAM_IDLE_TIMEOUT`].
+    pub stream_idle_timeout: Duration,
+    /// See [`STREAM_TIMEOUT`].
+    pub stream_timeout: Duration,
     /// See [`DRAIN_TIMEOUT`].
     pub drain_timeout: Duration,
     /// See [`WS_MAX_MESSAGE_BYTES`].
@@ -453,6 +467,8 @@ impl Default for Limits {
             min_body_rate: MIN_BODY_RATE,
             body_idle_timeout: BODY_IDLE_TIMEOUT,
             send_timeout: SEND_TIMEOUT,
+            stream_idle_timeout: STREAM_IDLE_TIMEOUT,
+            stream_timeout: STREAM_TIMEOUT,
             drain_timeout: DRAIN_TIMEOUT,
             ws_max_message_bytes: WS_MAX_MESSAGE_BYTES,
             ws_ping_interval: WS_PING_INTERVAL,

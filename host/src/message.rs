@@ -151,6 +151,9 @@ pub struct Cancel(Arc<CancelInner>);
 #[derive(Debug, Default)]
 struct CancelInner {
     fired: AtomicBool,
+    /// The call's response streams: its handler deadline is suspended, and its connection's
+    /// stream limits bound it instead (see [`Cancel::set_streaming`]).
+    streaming: AtomicBool,
     /// The guest's current wait, if it is waiting.
     waker: Mutex<Option<Waker>>,
 }
@@ -172,6 +175,17 @@ impl Cancel {
 
     pub(crate) fn is_cancelled(&self) -> bool {
         self.0.fired.load(Ordering::Acquire)
+    }
+
+    /// While `on`, the call's response is streaming: its wall-clock deadline does not stop
+    /// it (the connection ends the stream at its idle or total limit, which cancels the
+    /// call). Once the stream ends the deadline, long past by then, applies again.
+    pub fn set_streaming(&self, on: bool) {
+        self.0.streaming.store(on, Ordering::Release);
+    }
+
+    pub(crate) fn is_streaming(&self) -> bool {
+        self.0.streaming.load(Ordering::Acquire)
     }
 
     pub(crate) fn poll_fired(&self, cx: &mut Context<'_>) -> Poll<()> {
@@ -217,9 +231,18 @@ pub struct Flow(Arc<FlowInner>);
 struct FlowInner {
     held: std::sync::atomic::AtomicUsize,
     limit: usize,
+    times: StreamTimes,
     closed: AtomicBool,
     /// The writer, while it waits for room.
     waker: Mutex<Option<Waker>>,
+}
+
+/// How long a streamed response may last, and go without a piece (its plugin's
+/// `stream_timeout_ms` and `stream_idle_timeout_ms`). The connection enforces them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamTimes {
+    pub idle: std::time::Duration,
+    pub total: std::time::Duration,
 }
 
 /// The client of a streamed response is gone: nothing more can be sent.
@@ -227,11 +250,13 @@ struct FlowInner {
 pub struct FlowClosed;
 
 impl Flow {
-    /// A flow that lets at most `limit` bytes wait to be written.
-    pub fn new(limit: usize) -> Self {
+    /// A flow that lets at most `limit` bytes wait to be written, for a stream bounded by
+    /// `times`.
+    pub fn new(limit: usize, times: StreamTimes) -> Self {
         Flow(Arc::new(FlowInner {
             held: std::sync::atomic::AtomicUsize::new(0),
             limit,
+            times,
             closed: AtomicBool::new(false),
             waker: Mutex::new(None),
         }))
@@ -240,6 +265,11 @@ impl Flow {
     /// The most bytes that wait to be written before the writer waits.
     pub fn limit(&self) -> usize {
         self.0.limit
+    }
+
+    /// How long the stream may last, and pause.
+    pub fn times(&self) -> StreamTimes {
+        self.0.times
     }
 
     /// Bytes handed over and not yet written.

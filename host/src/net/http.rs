@@ -90,7 +90,16 @@ enum State {
     /// The head of a streamed response is out; its pieces come until its end. Every byte
     /// written after the first `foreign` (an earlier response's, still queued when the head
     /// came) is released to the writer's `flow`.
-    Streaming { flow: Flow, foreign: usize },
+    Streaming {
+        flow: Flow,
+        foreign: usize,
+        /// When the head came.
+        started: Instant,
+        /// Pieces received, and the count and time the timer last saw it change: the idle
+        /// clock is sampled on the timer, so that no piece reads the clock.
+        pieces: u64,
+        progress: (u64, Instant),
+    },
     /// The last response is queued; close once it is written.
     Closing,
     /// Our side is shut down; reading and discarding until the client closes, so that the
@@ -246,16 +255,27 @@ impl<S: Transport> HttpConn<S> {
         }
         let foreign = self.out.backlog();
         self.out.push_owned(head);
-        self.state = State::Streaming { flow, foreign };
+        let now = Instant::now();
+        self.state = State::Streaming {
+            flow,
+            foreign,
+            started: now,
+            pieces: 0,
+            progress: (0, now),
+        };
         self.advance(ctx)
     }
 
     /// One piece of the streamed body of request `seq`. Its writer took room from the flow
     /// before, so the pieces queued here stay within the flow's limit.
     pub(crate) fn on_piece(&mut self, seq: u64, bytes: Vec<u8>, ctx: &HttpCtx<'_>) -> Step {
-        if !matches!(self.state, State::Streaming { .. }) || seq != self.seq {
+        let State::Streaming { pieces, .. } = &mut self.state else {
+            return self.stay();
+        };
+        if seq != self.seq {
             return self.stay();
         }
+        *pieces += 1;
         self.out.push_owned(bytes);
         self.advance(ctx)
     }
@@ -352,7 +372,7 @@ impl<S: Transport> HttpConn<S> {
             match self.out.flush(&mut self.stream) {
                 Ok(n) => {
                     self.bytes_out += n as u64;
-                    if let State::Streaming { flow, foreign } = &mut self.state {
+                    if let State::Streaming { flow, foreign, .. } = &mut self.state {
                         let theirs = n.min(*foreign);
                         *foreign -= theirs;
                         flow.release(n - theirs);

@@ -502,5 +502,12 @@ fn origin(job: &RequestJob) -> Origin {
             received: job.received,
             metrics: Some(job.plugin.metrics.clone()),
         },
+        stream: crate::pool::exchange::StreamTerms {
+            times: crate::message::StreamTimes {
+                idle: job.plugin.policy.limits.stream_idle_timeout,
+                total: job.plugin.policy.limits.stream_timeout,
+            },
+            cancel: Some(job.cancel.clone()),
+        },
     }
 }

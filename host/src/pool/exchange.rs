@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 
 pub(crate) use crate::access::Access;
 use crate::limits::STREAM_BUFFER_BYTES;
-use crate::message::Flow;
+use crate::message::{Cancel, Flow, StreamTimes};
 use crate::proto::response::{self, RequestMeta};
 use crate::proto::stream::{self, BodyEncoder};
 use crate::proto::{Field, Version};
@@ -54,6 +54,7 @@ pub struct Exchange<R: Responder> {
     keep_alive: bool,
     accept_encoding: Option<Vec<u8>>,
     access: Access,
+    stream: StreamTerms,
     responder: R,
     responded: bool,
     /// A streamed response whose body has not ended.
@@ -80,6 +81,28 @@ pub struct Origin {
     pub accept_encoding: Option<Vec<u8>>,
     /// What the access log says about the request.
     pub access: Access,
+    /// What bounds the response should it stream.
+    pub stream: StreamTerms,
+}
+
+/// What bounds a streamed response: its times, and the call's cancel signal, which carries
+/// the news that the call now streams (its handler deadline is then suspended).
+#[derive(Debug, Clone)]
+pub struct StreamTerms {
+    pub times: StreamTimes,
+    pub cancel: Option<Cancel>,
+}
+
+impl Default for StreamTerms {
+    fn default() -> Self {
+        StreamTerms {
+            times: StreamTimes {
+                idle: crate::limits::STREAM_IDLE_TIMEOUT,
+                total: crate::limits::STREAM_TIMEOUT,
+            },
+            cancel: None,
+        }
+    }
 }
 
 impl<R: Responder> Exchange<R> {
@@ -92,6 +115,7 @@ impl<R: Responder> Exchange<R> {
             keep_alive: origin.keep_alive,
             accept_encoding: origin.accept_encoding,
             access: origin.access,
+            stream: origin.stream,
             responder,
             responded: false,
             open: None,
@@ -223,8 +247,11 @@ impl<R: Responder> Exchange<R> {
             }
         };
         self.responded = true;
-        let flow = Flow::new(STREAM_BUFFER_BYTES);
+        let flow = Flow::new(STREAM_BUFFER_BYTES, self.stream.times);
         flow.add(head.len());
+        if let Some(cancel) = &self.stream.cancel {
+            cancel.set_streaming(true);
+        }
         if let Some(m) = &self.access.metrics {
             m.streams_open.fetch_add(1, Ordering::Relaxed);
         }
@@ -269,6 +296,7 @@ impl<R: Responder> Exchange<R> {
             return Err(e.into());
         }
         let open = self.open.take().expect("checked above");
+        self.stream_over();
         let sent = open.sent + last.len();
         if let Some(m) = &self.access.metrics {
             m.streams_open.fetch_sub(1, Ordering::Relaxed);
@@ -288,6 +316,7 @@ impl<R: Responder> Exchange<R> {
         let Some(open) = self.open.take() else {
             return;
         };
+        self.stream_over();
         if let Some(m) = &self.access.metrics {
             m.streams_open.fetch_sub(1, Ordering::Relaxed);
         }
@@ -301,6 +330,13 @@ impl<R: Responder> Exchange<R> {
         self.responder.end(Vec::new(), true);
         self.access
             .log(open.status, open.sent, &self.plugin, Some(self.request_id));
+    }
+
+    /// The stream is over: the call's handler deadline applies again.
+    fn stream_over(&self) {
+        if let Some(cancel) = &self.stream.cancel {
+            cancel.set_streaming(false);
+        }
     }
 
     fn send(&mut self, bytes: Vec<u8>, keep_alive: bool, status: u16) {

@@ -75,7 +75,31 @@ impl<S: Transport> HttpConn<S> {
                     return self.advance(ctx);
                 }
             }
-            State::Waiting | State::Streaming { .. } | State::Closing => {}
+            State::Streaming {
+                ref flow,
+                started,
+                pieces,
+                ref mut progress,
+                ..
+            } => {
+                if progress.0 != pieces {
+                    *progress = (pieces, now);
+                }
+                let times = flow.times();
+                let why = if now.saturating_duration_since(progress.1) >= times.idle {
+                    Some("stream idle timeout")
+                } else if now.saturating_duration_since(started) >= times.total {
+                    Some("stream timeout")
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    // Closing the connection closes the flow and cancels the call.
+                    tracing::info!(conn = ?self.id, peer = %self.peer, pieces, "{why}: the streamed response ends");
+                    return closed;
+                }
+            }
+            State::Waiting | State::Closing => {}
         }
         self.stay()
     }

@@ -65,6 +65,11 @@ impl Router for Nowhere {
     }
 }
 
+const STREAM_TIMES: crate::message::StreamTimes = crate::message::StreamTimes {
+    idle: Duration::from_secs(60),
+    total: Duration::from_secs(3600),
+};
+
 fn conn() -> Box<HttpConn<Mem>> {
     Box::new(HttpConn::new(
         ConnId {
@@ -332,7 +337,7 @@ fn a_stream_releases_its_flow_as_the_client_reads_and_closes_it_when_the_client_
         .on_reply(first.seq, earlier, false, &ctx)
         .dispatch
         .unwrap();
-    let flow = Flow::new(64);
+    let flow = Flow::new(64, STREAM_TIMES);
     let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
     flow.add(head.len());
     c.on_stream(second.seq, head.clone(), flow.clone(), &ctx);
@@ -358,7 +363,7 @@ fn a_stream_releases_its_flow_as_the_client_reads_and_closes_it_when_the_client_
         .dispatch
         .unwrap();
     // A client that leaves mid-stream closes the flow: the writer's next write fails.
-    let flow = Flow::new(64);
+    let flow = Flow::new(64, STREAM_TIMES);
     c.on_stream(
         third.seq,
         b"HTTP/1.1 200 OK\r\n\r\n".to_vec(),
@@ -370,4 +375,54 @@ fn a_stream_releases_its_flow_as_the_client_reads_and_closes_it_when_the_client_
     assert_eq!(step.liveness, Liveness::Closed);
     c.abandon();
     assert!(flow.is_closed());
+}
+
+#[test]
+fn a_stream_is_ended_at_its_idle_and_total_limits() {
+    let (limits, router) = (Limits::default(), Nowhere(1 << 20));
+    let ctx = ctx(&limits, &router);
+    let times = crate::message::StreamTimes {
+        idle: Duration::from_secs(10),
+        total: Duration::from_secs(25),
+    };
+    let start = |c: &mut HttpConn<Mem>| {
+        let d = feed(c, b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", &ctx)
+            .dispatch
+            .unwrap();
+        let flow = Flow::new(64, times);
+        c.on_stream(
+            d.seq,
+            b"HTTP/1.1 200 OK\r\n\r\n".to_vec(),
+            flow.clone(),
+            &ctx,
+        );
+        (d.seq, flow, Instant::now())
+    };
+    // Pieces keep it alive past the idle limit; nothing for the idle limit ends it.
+    let mut c = conn();
+    let (seq, flow, t0) = start(&mut c);
+    for s in [5, 10, 15] {
+        c.on_piece(seq, b"1\r\na\r\n".to_vec(), &ctx);
+        let step = c.on_timer(t0 + Duration::from_secs(s), &ctx);
+        assert_eq!(step.liveness, Liveness::Open, "at {s} s");
+    }
+    assert_eq!(
+        c.on_timer(t0 + Duration::from_secs(24), &ctx).liveness,
+        Liveness::Open
+    );
+    assert_eq!(
+        c.on_timer(t0 + Duration::from_secs(25), &ctx).liveness,
+        Liveness::Closed
+    );
+    c.abandon();
+    assert!(flow.is_closed());
+    // However busy, the total limit ends it.
+    let mut c = conn();
+    let (seq, _, t0) = start(&mut c);
+    c.on_timer(t0 + Duration::from_secs(1), &ctx);
+    assert_eq!(
+        c.on_timer(t0 + Duration::from_secs(11), &ctx).liveness,
+        Liveness::Closed
+    );
+    let _ = seq;
 }

@@ -7,6 +7,8 @@
 //! [limits]
 //! cpu_deadline_ms = 500               # per request or event
 //! handler_timeout_ms = 10000          # wall-clock time per request or event, waits included
+//! stream_idle_timeout_ms = 30000      # a streamed response with no piece for this long ends
+//! stream_timeout_ms = 600000          # a streamed response's whole life (instead of handler_timeout_ms)
 //! memory_limit_mib = 32               # at most the server's --memory-limit-mib
 //! kv_max_bytes = 16777216             # keys plus values in this plugin's key-value store
 //! max_concurrency = 8                 # calls in flight at once; past it: 503 (at most the server's)

@@ -79,11 +79,16 @@ impl Watch {
         if self.stopped.is_none() {
             if self.cancel.as_ref().is_some_and(Cancel::is_cancelled) {
                 self.stopped = Some(Stop::Cancelled);
-            } else if self.deadline.is_some_and(|d| now >= d) {
+            } else if self.deadline.is_some_and(|d| now >= d) && !self.streaming() {
                 self.stopped = Some(Stop::TimedOut(self.timeout));
             }
         }
         self.stopped
+    }
+
+    /// Whether the call's response is streaming, which suspends its deadline.
+    fn streaming(&self) -> bool {
+        self.cancel.as_ref().is_some_and(Cancel::is_streaming)
     }
 
     /// Records why a wait ended the call.
@@ -104,6 +109,10 @@ impl Watch {
     }
 }
 
+/// While a call's response streams, how often a passed deadline looks again whether the
+/// stream has ended (then the call stops).
+const STREAMING_RECHECK: Duration = Duration::from_secs(1);
+
 /// See [`Watch::stopped`].
 pub(crate) struct Stopping {
     deadline: Option<Deadline>,
@@ -121,10 +130,15 @@ impl Future for Stopping {
         {
             return Poll::Ready(Stop::Cancelled);
         }
-        if let Some(deadline) = &mut this.deadline
+        while let Some(deadline) = &mut this.deadline
             && deadline.poll_ready(cx).is_ready()
         {
-            return Poll::Ready(Stop::TimedOut(this.timeout));
+            if !this.cancel.as_ref().is_some_and(Cancel::is_streaming) {
+                return Poll::Ready(Stop::TimedOut(this.timeout));
+            }
+            // The response streams: the connection bounds the call now. Look again later,
+            // in case the stream ends while the call goes on.
+            this.deadline = Some(Deadline::after(STREAMING_RECHECK));
         }
         Poll::Pending
     }
@@ -178,6 +192,29 @@ mod tests {
         // A new call starts clean.
         watch.arm(None);
         assert_eq!(watch.check(Instant::now()), None);
+    }
+
+    #[test]
+    fn a_streaming_call_outlives_its_deadline_until_the_stream_ends() {
+        let mut watch = Watch::new(Duration::from_millis(20));
+        let cancel = Cancel::default();
+        watch.arm(Some(cancel.clone()));
+        cancel.set_streaming(true);
+        let stopping = watch.stopped();
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(watch.check(Instant::now()), None);
+        let ender = cancel.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            ender.set_streaming(false);
+        });
+        // The wait goes on past the deadline while the stream does, and ends after it.
+        let started = Instant::now();
+        let r = block_on(race(std::future::pending::<()>(), stopping));
+        assert_eq!(r, Err(Stop::TimedOut(Duration::from_millis(20))));
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        t.join().unwrap();
+        assert!(watch.check(Instant::now()).is_some());
     }
 
     #[test]
