@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{Options, plugins, read_chunked, read_response};
 use crate::metrics::{admin_addr, scrape, value};
+use crate::upstream::{Mode, Upstream};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -342,4 +343,56 @@ fn streams_are_bounded_by_their_own_limits() {
         );
         assert_eq!(open, 0.0, "{plugin}");
     }
+}
+
+/// A plugin relays a 1 GiB download from a granted origin to its client as it arrives: the
+/// body crosses whole and right, and the server holds a few MiB of it at most (the policy
+/// raises the plugin's outbound body cap from its 16 MiB default).
+#[test]
+fn a_gibibyte_download_is_relayed_in_bounded_memory() {
+    let total = 1024 * MIB;
+    let upstream = Upstream::start(Mode::Huge(total));
+    let policy = format!(
+        "[capabilities]\nhttp = [\"{}\"]\n[outbound]\nmax_response_bytes = {}\n",
+        upstream.origin(),
+        2 * total
+    );
+    let s = Options::default()
+        .plugin(plugins::HTTPECHO)
+        .file("httpecho.toml", policy.as_bytes())
+        .start();
+    assert_eq!(s.get("/httpecho/").0, 200);
+    let before = s.rss_kib();
+    let mut c = s.connect();
+    c.write_all(
+        format!(
+            "GET /httpecho/relay?from={} HTTP/1.1\r\nHost: x\r\n\r\n",
+            upstream.addr
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut r = BufReader::with_capacity(1 << 20, c);
+    let (status, headers) = read_head(&mut r);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert!(
+        headers.contains(&("content-length".into(), total.to_string())),
+        "{headers:?}"
+    );
+    let (mut received, mut peak) = (0u64, 0u64);
+    let mut buf = vec![0u8; 1 << 20];
+    while received < total {
+        let n = r.read(&mut buf).unwrap();
+        assert!(n > 0, "the body ended after {received} bytes");
+        assert!(buf[..n].iter().all(|&b| b == b'x'));
+        let before_read = received;
+        received += n as u64;
+        if received / (64 * MIB) != before_read / (64 * MIB) {
+            peak = peak.max(s.rss_kib());
+        }
+    }
+    assert_eq!(received, total);
+    let grown = peak.saturating_sub(before);
+    eprintln!("1 GiB relayed, resident memory grew by {grown} KiB");
+    assert!(grown <= 32 * 1024, "resident memory grew by {grown} KiB");
 }

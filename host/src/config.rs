@@ -759,8 +759,8 @@ pub(crate) fn limit_settings<C: HasLimits>() -> Vec<LimitSetting<C>> {
             1,
             1 << 40,
             limits::OUTBOUND_MAX_RESPONSE_BYTES,
-            "Outbound HTTP from plugins: the largest response body a plugin receives",
-            Override::Never,
+            "Outbound HTTP from plugins: the largest response body a plugin receives (a plugin's policy may set its own, to relay a large download)",
+            Override::Any,
             outbound_max_response_bytes
         ),
         limit!(

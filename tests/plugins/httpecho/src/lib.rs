@@ -25,6 +25,8 @@
 //! - `/stream?bytes=N`: N bytes of the repeating alphabet in writes of 4,082 bytes (a
 //!   multiple of 26, within the 4 KiB a write may carry), made from one buffer: any size, in
 //!   little guest memory
+//! - `/relay?from=HOST:PORT`: GETs `http://HOST:PORT/` and relays its body as it arrives,
+//!   4 KiB at a time, with the upstream's `content-length` (a proxy of a large download)
 //! - anything else: 404 `not found`
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -117,22 +119,27 @@ fn start(
     (outgoing, stream)
 }
 
-/// `GET http://AUTHORITY/`: its status and body as text, or the error.
-fn get(authority: &str) -> String {
+/// `GET http://AUTHORITY/`: the response, its body unread.
+fn fetch(authority: &str) -> Result<wasip2::http::types::IncomingResponse, String> {
     use wasip2::http::outgoing_handler;
     use wasip2::http::types::OutgoingRequest;
     let request = OutgoingRequest::new(Fields::new());
     let _ = request.set_scheme(Some(&Scheme::Http));
     let _ = request.set_authority(Some(authority));
     let _ = request.set_path_with_query(Some("/"));
-    let future = match outgoing_handler::handle(request, None) {
-        Ok(future) => future,
-        Err(e) => return format!("error {e:?}"),
-    };
+    let future = outgoing_handler::handle(request, None).map_err(|e| format!("error {e:?}"))?;
     future.subscribe().block();
-    let response = match future.get() {
-        Some(Ok(Ok(response))) => response,
-        other => return format!("error {other:?}"),
+    match future.get() {
+        Some(Ok(Ok(response))) => Ok(response),
+        other => Err(format!("error {other:?}")),
+    }
+}
+
+/// `GET http://AUTHORITY/`: its status and body as text, or the error.
+fn get(authority: &str) -> String {
+    let response = match fetch(authority) {
+        Ok(response) => response,
+        Err(e) => return e,
     };
     let body = response.consume().expect("the body is consumed once");
     let stream = body.stream().expect("the stream is taken once");
@@ -295,6 +302,33 @@ impl wasip2::exports::http::incoming_handler::Guest for Echo {
                     n -= len as u64;
                 }
                 drop(stream);
+                OutgoingBody::finish(outgoing, None).expect("the body ends");
+            }
+            "/relay" => {
+                let from = param(query, "from").unwrap_or("127.0.0.1:9").to_owned();
+                let upstream = match fetch(&from) {
+                    Ok(upstream) => upstream,
+                    Err(e) => return respond(out, 502, &text(), e.as_bytes()),
+                };
+                let mut headers = vec![("content-type", b"application/octet-stream".to_vec())];
+                if let Some((_, length)) = upstream
+                    .headers()
+                    .entries()
+                    .into_iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+                {
+                    headers.push(("content-length", length));
+                }
+                let body = upstream.consume().expect("the body is consumed once");
+                let input = body.stream().expect("the stream is taken once");
+                let (outgoing, output) = start(out, &headers);
+                while let Ok(piece) = input.blocking_read(4096) {
+                    if output.blocking_write_and_flush(&piece).is_err() {
+                        return;
+                    }
+                }
+                drop(input);
+                drop(output);
                 OutgoingBody::finish(outgoing, None).expect("the body ends");
             }
             _ => respond(out, 404, &text(), b"not found\n"),
