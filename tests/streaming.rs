@@ -396,3 +396,89 @@ fn a_gibibyte_download_is_relayed_in_bounded_memory() {
     eprintln!("1 GiB relayed, resident memory grew by {grown} KiB");
     assert!(grown <= 32 * 1024, "resident memory grew by {grown} KiB");
 }
+
+/// A stream under way when its plugin is replaced finishes on the version that started it,
+/// while new requests reach the new version.
+#[test]
+fn a_running_stream_finishes_on_its_version_across_a_reload() {
+    let s = Options::default()
+        .plugin_as("app", plugins::HTTPECHO)
+        .start();
+    let mut c = s.connect();
+    c.write_all(b"GET /app/lines?n=20&ms=50 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut r = BufReader::new(c);
+    let (status, _) = read_head(&mut r);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert_eq!(read_chunk(&mut r).unwrap(), b"line 0\n");
+    s.install("app", plugins::HELLO);
+    // The new version answers new requests.
+    s.eventually("/app/", |status, body| {
+        status == 200 && body != "hello from wasi:http\n"
+    });
+    let (rest, _) = read_chunked(&mut r);
+    let expected: String = (1..20).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(String::from_utf8_lossy(&rest), expected);
+}
+
+/// At a graceful drain, a stream that writes again is ended whole (its last chunk sent), and
+/// the server exits once it is.
+#[test]
+fn a_drain_ends_streams_whole() {
+    let mut s = Options::default().plugin(plugins::HTTPECHO).start();
+    let mut c = s.connect();
+    c.write_all(b"GET /httpecho/lines?n=1000&ms=20 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut r = BufReader::new(c);
+    let (status, _) = read_head(&mut r);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert_eq!(read_chunk(&mut r).unwrap(), b"line 0\n");
+    let signalled = Instant::now();
+    s.signal("TERM");
+    // Whole: chunks up to the last one, then the connection closes.
+    let (rest, _) = read_chunked(&mut r);
+    let text = String::from_utf8_lossy(&rest).into_owned();
+    assert!(text.starts_with("line 1\n"), "{text}");
+    assert!(!text.contains("line 999"), "{text}");
+    let mut more = Vec::new();
+    r.read_to_end(&mut more).unwrap();
+    assert!(more.is_empty(), "{more:?}");
+    // The client closes too (the server lingers until it does, as for any closing answer).
+    drop(r);
+    assert!(s.wait_exit().success());
+    // Its call was stopped with the stream: the drain did not wait out its deadline (5 s).
+    assert!(
+        signalled.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        signalled.elapsed()
+    );
+}
+
+/// Streams are calls: a plugin's `max_concurrency` holds how many it may have open, and the
+/// next request gets 503 until one ends.
+#[test]
+fn a_plugins_streams_are_held_by_its_concurrency_limit() {
+    let s = Options::default()
+        .plugin(plugins::HTTPECHO)
+        .file("httpecho.toml", b"[limits]\nmax_concurrency = 2\n")
+        .start();
+    let open = |n: u32| {
+        let mut c = s.connect();
+        c.write_all(
+            format!("GET /httpecho/lines?n={n}&ms=100 HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+        let mut r = BufReader::new(c);
+        let (status, _) = read_head(&mut r);
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        assert_eq!(read_chunk(&mut r).unwrap(), b"line 0\n");
+        r
+    };
+    let first = open(1000);
+    let second = open(1000);
+    let third = s.request(b"GET /httpecho/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert_eq!(third.status, 503);
+    drop(first);
+    drop(second);
+    s.eventually("/httpecho/", |status, _| status == 200);
+}

@@ -233,6 +233,8 @@ struct FlowInner {
     limit: usize,
     times: StreamTimes,
     closed: AtomicBool,
+    /// The server is draining: the stream should end at its next piece.
+    draining: AtomicBool,
     /// The writer, while it waits for room.
     waker: Mutex<Option<Waker>>,
 }
@@ -258,6 +260,7 @@ impl Flow {
             limit,
             times,
             closed: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             waker: Mutex::new(None),
         }))
     }
@@ -326,6 +329,15 @@ impl Flow {
         if before >= self.0.limit && before.saturating_sub(n) < self.0.limit {
             self.wake();
         }
+    }
+
+    /// The server is draining: the writer ends the stream, whole, at its next piece.
+    pub fn drain(&self) {
+        self.0.draining.store(true, Ordering::Release);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.0.draining.load(Ordering::Acquire)
     }
 
     /// The connection is gone: the writer's wait and every later write fail.

@@ -253,6 +253,9 @@ impl<S: Transport> HttpConn<S> {
             flow.close();
             return self.stay();
         }
+        if ctx.draining {
+            flow.drain();
+        }
         let foreign = self.out.backlog();
         self.out.push_owned(head);
         let now = Instant::now();
@@ -341,6 +344,9 @@ impl<S: Transport> HttpConn<S> {
     /// The server started draining: an idle connection closes now, a busy one after its
     /// current exchange.
     pub(crate) fn on_drain(&mut self, ctx: &HttpCtx<'_>) -> Step {
+        if let State::Streaming { flow, .. } = &self.state {
+            flow.drain();
+        }
         if matches!(self.state, State::Head) && self.input.buf.is_empty() && !self.out.pending() {
             return Step {
                 liveness: Liveness::Closed,

@@ -283,6 +283,21 @@ impl<R: Responder> Exchange<R> {
             }
             self.responder.piece(framed);
         }
+        if open.flow.is_draining() {
+            // The server is going away: this piece is the last, and the response is ended
+            // whole, so the client sees it complete (an EventSource then reconnects, to a
+            // server that is not going away).
+            let ended = self.finish::<(String, Vec<u8>)>(&[]);
+            // Nobody reads what it would write next: the call stops at its next wait, so
+            // the drain need not wait for it.
+            if let Some(cancel) = &self.stream.cancel {
+                cancel.cancel();
+            }
+            return Err(match ended {
+                Ok(()) => StreamError::Draining,
+                Err(e) => e,
+            });
+        }
         Ok(())
     }
 

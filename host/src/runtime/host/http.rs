@@ -28,6 +28,8 @@ pub enum StreamError {
     NotStarted,
     #[error("the client is gone")]
     Closed,
+    #[error("the server is shutting down: the response was ended")]
+    Draining,
     #[error("{0}")]
     Body(#[from] crate::proto::stream::BodyError),
     #[error("this call cannot stream its response")]
