@@ -576,13 +576,16 @@ fn check_names_the_world_and_refuses_wasi_0_3() {
 
 /// A body written after `set` arrives whole (16 MiB, streamed), and one written before it
 /// too, up to what the host holds ahead of a reader (1 MiB, as `wasmtime serve`); one written
-/// whole before `set` past that, and one that never ends, are cut at the handler timeout, and
-/// the server keeps serving.
+/// whole before `set` past that is cut at the handler timeout, one that never ends at the
+/// stream's idle limit, and the server keeps serving.
 #[test]
 fn large_and_unfinished_bodies_never_hold_a_worker() {
     let s = Options::default()
         .plugin(plugins::HTTPECHO)
-        .file("httpecho.toml", b"[limits]\nhandler_timeout_ms = 500\n")
+        .file(
+            "httpecho.toml",
+            b"[limits]\nhandler_timeout_ms = 500\nstream_idle_timeout_ms = 500\n",
+        )
         .flag("--workers", 1)
         .start();
     let big = |target: &str| {
@@ -612,7 +615,8 @@ fn large_and_unfinished_bodies_never_hold_a_worker() {
     assert!(started.elapsed() >= Duration::from_millis(500));
 
     // A body that never ends: its head and first bytes are out, so the client sees the
-    // body cut (no last chunk, the connection closed) at the handler timeout.
+    // body cut (no last chunk, the connection closed) at the stream's idle limit (a streaming
+    // call is bounded by its stream's limits, not the handler timeout).
     let started = Instant::now();
     let cut = s.raw(b"GET /httpecho/unfinished HTTP/1.1\r\nHost: x\r\n\r\n");
     assert!(cut.starts_with("HTTP/1.1 200 "), "{cut}");

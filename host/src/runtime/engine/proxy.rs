@@ -291,17 +291,14 @@ async fn read_response(
     // the guest can finish, never gathered).
     let may_stream = context.as_ref().is_some_and(|c| c.streams());
     let mut flow: Option<crate::message::Flow> = None;
+    // A frame taken while gathering a piece, to be handled next.
+    let mut held = None;
     loop {
-        let frame = if flow.is_none() && may_stream {
+        let frame = if let Some(frame) = held.take() {
+            frame
+        } else if flow.is_none() && may_stream {
             // Only what is ready now; a frame not ready means the body comes over time.
-            let ready = std::future::poll_fn(|cx| {
-                Poll::Ready(match http_body::Body::poll_frame(Pin::new(&mut body), cx) {
-                    Poll::Ready(frame) => Some(frame),
-                    Poll::Pending => None,
-                })
-            })
-            .await;
-            match ready {
+            match ready_frame(&mut body).await {
                 Some(frame) => frame,
                 None => {
                     if let Some(call) = context.as_deref_mut() {
@@ -345,7 +342,25 @@ async fn read_response(
         let frame = match frame.into_data() {
             Ok(data) => {
                 if let (Some(flow), Some(call)) = (&flow, context.as_deref_mut()) {
-                    if write_piecewise(call, flow, &data).await.is_err() {
+                    // The writes that are ready now, gathered into one piece: a guest writes
+                    // at most 4 KiB at a time, and each piece costs the loop a hand-off and
+                    // the wire a chunk header.
+                    let mut piece = Vec::from(data);
+                    while piece.len() < STREAM_PIECE_BYTES {
+                        match ready_frame(&mut body).await {
+                            Some(Some(Ok(frame))) if frame.is_data() => {
+                                if let Ok(data) = frame.into_data() {
+                                    piece.extend_from_slice(&data);
+                                }
+                            }
+                            Some(other) => {
+                                held = Some(other);
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                    if write_piecewise(call, flow, &piece).await.is_err() {
                         // The client is gone, or the body broke its declared length: nothing
                         // more of it is read; the guest's call ends at its next wait.
                         return Ok(Collected::Streamed);
@@ -407,6 +422,21 @@ async fn read_response(
         headers: response_headers(&parts.headers, dropped),
         body: bytes,
     }))
+}
+
+/// The body's next frame if it is ready now (`Some(None)` at its end), else `None`.
+async fn ready_frame(
+    body: &mut HyperOutgoingBody,
+) -> Option<Option<Result<http_body::Frame<Bytes>, wasmtime_wasi_http::Error>>> {
+    std::future::poll_fn(|cx| {
+        Poll::Ready(
+            match http_body::Body::poll_frame(Pin::new(&mut *body), cx) {
+                Poll::Ready(frame) => Some(frame),
+                Poll::Pending => None,
+            },
+        )
+    })
+    .await
 }
 
 /// Sends the head of the guest's response as a stream, then what was gathered of its body.

@@ -27,6 +27,9 @@
 //!   little guest memory
 //! - `/relay?from=HOST:PORT`: GETs `http://HOST:PORT/` and relays its body as it arrives,
 //!   4 KiB at a time, with the upstream's `content-length` (a proxy of a large download)
+//! - `/ticks?n=N&ms=M`: N lines, M ms apart, each the wall-clock time it was written at, in
+//!   nanoseconds since the epoch (a stream of events whose latency a client can measure;
+//!   give the plugin `precise_clocks` for full resolution)
 //! - anything else: 404 `not found`
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -266,6 +269,26 @@ impl wasip2::exports::http::incoming_handler::Guest for Echo {
                     }
                     if stream
                         .blocking_write_and_flush(format!("line {i}\n").as_bytes())
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                drop(stream);
+                OutgoingBody::finish(outgoing, None).expect("the body ends");
+            }
+            "/ticks" => {
+                let n: u32 = param(query, "n").and_then(|v| v.parse().ok()).unwrap_or(3);
+                let ms: u64 = param(query, "ms").and_then(|v| v.parse().ok()).unwrap_or(0);
+                let (outgoing, stream) = start(out, &text());
+                for i in 0..n {
+                    if i > 0 && ms > 0 {
+                        wasip2::clocks::monotonic_clock::subscribe_duration(ms * 1_000_000).block();
+                    }
+                    let now = wasip2::clocks::wall_clock::now();
+                    let ns = u128::from(now.seconds) * 1_000_000_000 + u128::from(now.nanoseconds);
+                    if stream
+                        .blocking_write_and_flush(format!("{ns}\n").as_bytes())
                         .is_err()
                     {
                         return;
