@@ -160,14 +160,19 @@ fn chunk(r: &mut impl BufRead, buf: &mut Vec<u8>) -> usize {
     let mut size = String::new();
     r.read_line(&mut size).unwrap();
     let n = usize::from_str_radix(size.trim_end(), 16).unwrap();
+    if n == 0 {
+        // The trailer section, up to its empty line.
+        loop {
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            if line == "\r\n" {
+                return 0;
+            }
+        }
+    }
     buf.resize(n + 2, 0);
     r.read_exact(buf).unwrap();
     buf.truncate(n);
-    if n == 0 {
-        // The trailer section's end.
-        let mut end = String::new();
-        r.read_line(&mut end).unwrap();
-    }
     n
 }
 
