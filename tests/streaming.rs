@@ -495,3 +495,38 @@ fn a_plugins_streams_are_held_by_its_concurrency_limit() {
     drop(second);
     s.eventually("/httpecho/", |status, _| status == 200);
 }
+
+/// HEAD to a streaming handler: the head GET would get, at once, with no body; the
+/// component's writes fail, so it ends, and the connection serves the next request.
+#[test]
+fn head_to_a_stream_gets_its_head_alone() {
+    let s = Options::default()
+        .plugin(plugins::HTTPECHO)
+        .flag("--admin", "127.0.0.1:0")
+        .start();
+    let mut c = s.connect();
+    // A line every 100 ms for 100 s: without an end at the head, the access line would
+    // wait for the whole body.
+    c.write_all(b"HEAD /httpecho/lines?n=1000&ms=100 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let (status, headers) = read_head(&mut r);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert!(
+        !headers.iter().any(|(n, _)| n == "transfer-encoding"),
+        "{headers:?}"
+    );
+    c.write_all(b"GET /httpecho/ HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert_eq!(
+        read_response(&mut r, false).text(),
+        "hello from wasi:http\n"
+    );
+    s.wait_for_log("HEAD /httpecho/lines");
+    let open = value(
+        &scrape(admin_addr(&s)),
+        "ankh_plugin_streams_open",
+        &[("plugin", "httpecho")],
+    );
+    assert_eq!(open, 0.0);
+}

@@ -303,6 +303,12 @@ async fn read_response(
                 None => {
                     if let Some(call) = context.as_deref_mut() {
                         flow = Some(start_stream(call, &parts, &mut bytes).await?);
+                        if head {
+                            // The head is all a HEAD answer has: it is complete. Dropping the
+                            // body makes the guest's further writes fail, so it ends.
+                            let _ = call.finish(&[]);
+                            return Ok(Collected::Streamed);
+                        }
                     }
                     continue;
                 }
@@ -377,6 +383,12 @@ async fn read_response(
                 if may_stream && bytes.len() > STREAM_PIECE_BYTES {
                     if let Some(call) = context.as_deref_mut() {
                         flow = Some(start_stream(call, &parts, &mut bytes).await?);
+                        if head {
+                            // The head is all a HEAD answer has: it is complete. Dropping the
+                            // body makes the guest's further writes fail, so it ends.
+                            let _ = call.finish(&[]);
+                            return Ok(Collected::Streamed);
+                        }
                     }
                     continue;
                 }
