@@ -139,6 +139,41 @@ pub fn encode<F: Field>(
         .sum();
     let sent = if req.head { 0 } else { payload.len() };
     out.reserve(FRAMING_MAX + fields + sent);
+    write_head_fields(
+        status,
+        headers,
+        vary,
+        coded.as_ref().map(|(coding, _)| *coding),
+        |_| false,
+        out,
+    );
+    if !bodiless && !length_unknown {
+        out.extend_from_slice(b"content-length: ");
+        let length = declared.unwrap_or(payload.len());
+        out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    connection_header(req.version, keep_alive, out);
+    out.extend_from_slice(b"\r\n");
+    if !req.head {
+        out.extend_from_slice(payload);
+    }
+    Ok(keep_alive)
+}
+
+/// Writes the status line, the date and a plugin's header fields, as every response the
+/// host sends for a plugin has them: host-owned fields and those `dropped` says are left
+/// out, values trimmed, `Vary: Accept-Encoding` added where the body's coding was
+/// negotiated (`vary`), and `coding`'s `Content-Encoding`. The framing fields and the
+/// connection's come after, from the caller.
+pub(super) fn write_head_fields<F: Field>(
+    status: u16,
+    headers: &[F],
+    vary: bool,
+    coding: Option<Coding>,
+    dropped: impl Fn(&[u8]) -> bool,
+    out: &mut Vec<u8>,
+) {
     status_line(status, out);
     out.extend_from_slice(b"date: ");
     date::append_now(out);
@@ -148,7 +183,7 @@ pub fn encode<F: Field>(
         // A field value has no leading or trailing whitespace (RFC 9110 §5.5): what a plugin
         // puts there is trimmed, as a recipient would.
         let (name, value) = (field.name(), trim_ows(field.value()));
-        if host_owned(name) {
+        if host_owned(name) || dropped(name) {
             continue;
         }
         out.extend_from_slice(name);
@@ -165,23 +200,11 @@ pub fn encode<F: Field>(
     if vary && !vary_written {
         out.extend_from_slice(b"vary: Accept-Encoding\r\n");
     }
-    if let Some((coding, _)) = &coded {
+    if let Some(coding) = coding {
         out.extend_from_slice(b"content-encoding: ");
         out.extend_from_slice(coding.token().as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    if !bodiless && !length_unknown {
-        out.extend_from_slice(b"content-length: ");
-        let length = declared.unwrap_or(payload.len());
-        out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    connection_header(req.version, keep_alive, out);
-    out.extend_from_slice(b"\r\n");
-    if !req.head {
-        out.extend_from_slice(payload);
-    }
-    Ok(keep_alive)
 }
 
 /// A `Content-Length` value: decimal digits only, as RFC 9110 §8.6 writes it.

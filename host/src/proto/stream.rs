@@ -19,10 +19,10 @@ use flate2::write::{GzEncoder, ZlibEncoder};
 
 use super::encoding::{self, Coding};
 use super::response::{
-    EncodeError, RequestMeta, check_headers, connection_header, host_owned, parse_length,
-    status_line, trim_ows,
+    EncodeError, RequestMeta, check_headers, connection_header, host_owned, parse_length, trim_ows,
+    write_head_fields,
 };
-use super::{Field, Version, date, has_token, header};
+use super::{Field, Version, has_token, header};
 use crate::limits::GZIP_LEVEL;
 
 /// How a streamed body is delimited on the wire.
@@ -91,39 +91,16 @@ pub fn encode_head<F: Field>(
             .eq_ignore_ascii_case(b"text/event-stream")
     });
 
-    status_line(status, out);
-    out.extend_from_slice(b"date: ");
-    date::append_now(out);
-    out.extend_from_slice(b"\r\n");
-    let mut vary_written = false;
-    for field in headers {
-        let (name, value) = (field.name(), trim_ows(field.value()));
-        if host_owned(name) {
-            continue;
-        }
-        // A trailer announcement means nothing without chunks to carry the trailers.
-        if framing != Framing::Chunked && name.eq_ignore_ascii_case(b"trailer") {
-            continue;
-        }
-        out.extend_from_slice(name);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        if vary && !vary_written && name.eq_ignore_ascii_case(b"vary") {
-            vary_written = true;
-            if !has_token(value, "accept-encoding") && !has_token(value, "*") {
-                out.extend_from_slice(b", Accept-Encoding");
-            }
-        }
-        out.extend_from_slice(b"\r\n");
-    }
-    if vary && !vary_written {
-        out.extend_from_slice(b"vary: Accept-Encoding\r\n");
-    }
-    if let Some(coding) = coding.filter(|_| !bodiless) {
-        out.extend_from_slice(b"content-encoding: ");
-        out.extend_from_slice(coding.token().as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+    // A trailer announcement means nothing without chunks to carry the trailers.
+    let chunked = framing == Framing::Chunked;
+    write_head_fields(
+        status,
+        headers,
+        vary,
+        coding.filter(|_| !bodiless),
+        |name| !chunked && name.eq_ignore_ascii_case(b"trailer"),
+        out,
+    );
     // nginx buffers what it proxies unless told not to: events must not wait there.
     if event_stream && header(headers, "x-accel-buffering").is_none() {
         out.extend_from_slice(b"x-accel-buffering: no\r\n");
