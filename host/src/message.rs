@@ -162,15 +162,7 @@ impl Cancel {
     /// Fires the signal: the call's current wait ends now, and so does every later one.
     pub fn cancel(&self) {
         self.0.fired.store(true, Ordering::Release);
-        let waker = self
-            .0
-            .waker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        wake_parked(&self.0.waker);
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
@@ -192,7 +184,7 @@ impl Cancel {
         if self.is_cancelled() {
             return Poll::Ready(());
         }
-        *self.0.waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());
+        park(&self.0.waker, cx);
         // `cancel` may have fired between the check and storing the waker.
         if self.is_cancelled() {
             Poll::Ready(())
@@ -299,7 +291,7 @@ impl Flow {
         if let Some(ready) = ready() {
             return Poll::Ready(ready);
         }
-        *self.0.waker.lock().unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());
+        park(&self.0.waker, cx);
         // The loop may have released or closed between the check and storing the waker.
         ready().map_or(Poll::Pending, Poll::Ready)
     }
@@ -327,7 +319,7 @@ impl Flow {
             })
             .unwrap_or(0);
         if before >= self.0.limit && before.saturating_sub(n) < self.0.limit {
-            self.wake();
+            wake_parked(&self.0.waker);
         }
     }
 
@@ -343,18 +335,19 @@ impl Flow {
     /// The connection is gone: the writer's wait and every later write fail.
     pub fn close(&self) {
         self.0.closed.store(true, Ordering::Release);
-        self.wake();
+        wake_parked(&self.0.waker);
     }
+}
 
-    fn wake(&self) {
-        let waker = self
-            .0
-            .waker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+/// Keeps the waker of the task that waits on `slot` (one waiter at a time: the call).
+fn park(slot: &Mutex<Option<Waker>>, cx: &Context<'_>) {
+    *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());
+}
+
+/// Wakes the task parked on `slot`, if one is.
+fn wake_parked(slot: &Mutex<Option<Waker>>) {
+    let waker = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+    if let Some(waker) = waker {
+        waker.wake();
     }
 }

@@ -229,7 +229,13 @@ impl<S: Transport> HttpConn<S> {
                 dispatch: None,
             };
         }
-        self.out.push_owned(bytes);
+        self.answered(bytes, close, ctx)
+    }
+
+    /// The last bytes of the answer in flight are queued: the exchange is over, and the
+    /// connection reads the next request, or closes once they are written.
+    fn answered(&mut self, last: Vec<u8>, close: bool, ctx: &HttpCtx<'_>) -> Step {
+        self.out.push_owned(last);
         self.finish_exchange();
         self.state = if close || ctx.draining {
             State::Closing
@@ -295,14 +301,7 @@ impl<S: Transport> HttpConn<S> {
         if !matches!(self.state, State::Streaming { .. }) || seq != self.seq {
             return self.stay();
         }
-        self.out.push_owned(last);
-        self.finish_exchange();
-        self.state = if close || ctx.draining {
-            State::Closing
-        } else {
-            State::Head
-        };
-        self.advance(ctx)
+        self.answered(last, close, ctx)
     }
 
     /// Request `seq` was accepted as a WebSocket: the connection's parts go on, with the
