@@ -19,14 +19,11 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ankh_test_support::harness::plugins;
-use benches::median;
+use benches::{Native, median};
 use bytes::Bytes;
 use http_body_util::StreamBody;
 use hyper::body::Frame;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::json;
 
 const TOTAL: u64 = 1 << 30;
@@ -41,14 +38,6 @@ type Body = StreamBody<
     >,
 >;
 
-/// A hyper 1 server on a tokio runtime of its own: `/stream` sends [`TOTAL`] bytes of the
-/// repeating alphabet in 64 KiB pieces; `/ticks` sends [`EVENTS`] lines, each the wall-clock
-/// time it was written at, [`EVENT_GAP`] apart.
-struct Native {
-    addr: SocketAddr,
-    _runtime: tokio::runtime::Runtime,
-}
-
 fn alphabet(len: usize) -> Bytes {
     (0..len).map(|i| b'a' + (i % 26) as u8).collect()
 }
@@ -60,6 +49,9 @@ fn now_ns() -> u128 {
         .as_nanos()
 }
 
+/// The baseline: `/stream` sends [`TOTAL`] bytes of the repeating alphabet in 64 KiB pieces;
+/// `/ticks` sends [`EVENTS`] lines, each the wall-clock time it was written at, [`EVENT_GAP`]
+/// apart.
 async fn native(req: Request<hyper::body::Incoming>) -> Result<Response<Body>, Infallible> {
     let body: Body = if req.uri().path() == "/ticks" {
         let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
@@ -97,37 +89,6 @@ async fn native(req: Request<hyper::body::Incoming>) -> Result<Response<Body>, I
         .header("content-type", "text/plain")
         .body(body)
         .unwrap())
-}
-
-impl Native {
-    fn start() -> Native {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        runtime.spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                tokio::spawn(async move {
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service_fn(native))
-                        .await;
-                });
-            }
-        });
-        Native {
-            addr,
-            _runtime: runtime,
-        }
-    }
 }
 
 /// Sends `GET path` and returns a reader positioned at the body, which must be chunked.
@@ -225,7 +186,7 @@ fn main() {
         .plugin(plugins::HTTPECHO)
         .file("httpecho.toml", b"[capabilities]\nprecise_clocks = true\n")
         .start();
-    let native = Native::start();
+    let native = Native::start(2, native);
     let stream = format!("/httpecho/stream?bytes={TOTAL}");
     println!("streaming, {} ({ROUNDS} rounds)", benches::machine());
 

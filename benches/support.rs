@@ -276,6 +276,66 @@ pub fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// A native hyper 1 server (HTTP/1.1) on a tokio runtime of its own, serving `handler` on a
+/// free loopback port until dropped: the baseline the benches measure ankh against.
+pub struct Native {
+    pub addr: SocketAddr,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Native {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_timeout(Duration::from_secs(1));
+        }
+    }
+}
+
+impl Native {
+    /// Serves `handler` with `threads` worker threads.
+    pub fn start<F, Fut, B>(threads: usize, handler: F) -> Native
+    where
+        F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<hyper::Response<B>, std::convert::Infallible>>
+            + Send
+            + 'static,
+        B: hyper::body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        runtime.spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let handler = handler.clone();
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(
+                            hyper_util::rt::TokioIo::new(stream),
+                            hyper::service::service_fn(handler),
+                        )
+                        .await;
+                });
+            }
+        });
+        Native {
+            addr,
+            runtime: Some(runtime),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

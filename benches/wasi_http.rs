@@ -14,23 +14,19 @@
 //!
 //! Results go to stdout and `target/bench-results/wasi_http.json`.
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use ankh_test_support::harness::plugins;
 use ankh_test_support::wasmtime_serve::WasmtimeServe;
-use benches::{Ankh, Run, median, wrk};
+use benches::{Ankh, Native, Run, median, wrk};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper::{Request, Response};
+use hyper::Response;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use serde_json::json;
 
 const CONNECTIONS: usize = 64;
@@ -58,58 +54,6 @@ fn wasmtime() -> Option<PathBuf> {
             .output()
             .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).starts_with("wasmtime 48."))
     })
-}
-
-/// A hyper 1 server on a tokio runtime of its own, serving `handler` until dropped.
-struct Native {
-    addr: SocketAddr,
-    runtime: Option<tokio::runtime::Runtime>,
-}
-
-impl Drop for Native {
-    fn drop(&mut self) {
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_timeout(Duration::from_secs(1));
-        }
-    }
-}
-
-impl Native {
-    fn start<F, Fut>(threads: usize, handler: F) -> Native
-    where
-        F: Fn(Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
-        Fut: std::future::Future<Output = Result<Response<Full<Bytes>>, Infallible>>
-            + Send
-            + 'static,
-    {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        runtime.spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let handler = handler.clone();
-                tokio::spawn(async move {
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service_fn(handler))
-                        .await;
-                });
-            }
-        });
-        Native {
-            addr,
-            runtime: Some(runtime),
-        }
-    }
 }
 
 /// Alternating rounds of each contender; the median run of each.
