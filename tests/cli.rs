@@ -166,8 +166,8 @@ fn check_reports_imports_exports_policy_and_verdict() {
     assert!(ok.status.success(), "{out}{}", stderr(&ok));
     for needle in [
         "plugin:   hello, mounted at /hello",
-        "exports:\n  ankh:plugin/packed-handler@0.2.0\n  ankh:plugin/handler@0.2.0\n  ankh:plugin/websocket-handler@0.2.0",
-        "world:    ankh:plugin@0.2.0 (requests as two buffers, answers as one: packed-handler)",
+        "exports:\n  ankh:plugin/packed-handler@0.3.0\n  ankh:plugin/scheduled@0.3.0\n  ankh:plugin/handler@0.3.0\n  ankh:plugin/websocket-handler@0.3.0",
+        "world:    ankh:plugin@0.3.0 (requests as two buffers, answers as one: packed-handler)",
         "wasi:cli/stdout@0.2",
         "cpu deadline:  750 ms per call",
         "verdict:  accepted",
@@ -202,7 +202,7 @@ fn check_reports_imports_exports_policy_and_verdict() {
     let out = String::from_utf8_lossy(&refused.stdout);
     assert!(
         out.contains("verdict:  refused:")
-            && out.contains("no exported instance named `ankh:plugin/handler@0.2.0`"),
+            && out.contains("no exported instance named `ankh:plugin/handler@0.3.0`"),
         "{out}"
     );
     assert!(stderr(&refused).contains("would be refused"));

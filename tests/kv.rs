@@ -151,6 +151,42 @@ fn a_plugin_built_against_0_1_0_runs_unchanged() {
     assert!(report.contains("world:    ankh:plugin@0.1.0"), "{report}");
 }
 
+// See: issue 34: a plugin built against 0.2.0 (the frozen WIT, with wit-bindgen and no SDK)
+// still loads on the 0.3.0 host, is called through its packed entry point, and reaches every
+// 0.2.0 import.
+#[test]
+fn a_plugin_built_against_0_2_0_runs_unchanged() {
+    let s = Options::default().plugin(plugins::LEGACY020).start();
+    assert_eq!(s.get("/legacy020/how"), (200, "packed".into()));
+    assert_eq!(s.get("/legacy020/set?key=a&value=1"), (200, "ok".into()));
+    assert_eq!(s.get("/legacy020/set?key=b&value=2"), (200, "ok".into()));
+    assert_eq!(s.get("/legacy020/get?key=a"), (200, "1".into()));
+    assert_eq!(s.get("/legacy020/get?key=z").0, 404);
+    assert_eq!(s.get("/legacy020/page?limit=1"), (200, "a|more".into()));
+    assert_eq!(s.get("/legacy020/page?limit=5"), (200, "a,b".into()));
+    // 0.2.0's own error type, converted from the current one.
+    let (status, body) = s.get("/legacy020/bad-ttl");
+    assert_eq!(status, 400);
+    assert!(body.starts_with("Error::Invalid("), "{body}");
+    assert_eq!(s.get("/legacy020/early"), (200, "early".into()));
+    s.wait_for_log("after respond");
+    let (mut ws, _) = tungstenite::connect(format!("ws://{}/legacy020/ws", s.addr)).unwrap();
+    ws.send(tungstenite::Message::text("echo me")).unwrap();
+    assert_eq!(ws.read().unwrap().into_text().unwrap().as_str(), "echo me");
+    let out = Command::new(ankh_bin())
+        .args(["check", plugins::LEGACY020, "--no-cache"])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}");
+    assert!(
+        report.contains(
+            "world:    ankh:plugin@0.2.0 (requests as two buffers, answers as one: packed-handler)"
+        ),
+        "{report}"
+    );
+}
+
 // See: issue 14: a component written against wasi:keyvalue (store, atomics, batch), built with
 // wit-bindgen directly, runs unmodified on the plugin's own store.
 #[test]

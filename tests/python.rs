@@ -59,7 +59,7 @@ fn a_python_plugin_serves_http_kv_errors_and_websockets() {
         .unwrap();
     let report = String::from_utf8_lossy(&check.stdout);
     assert!(
-        report.contains("world:    ankh:plugin@0.2.0 (requests as a record: handler)"),
+        report.contains("world:    ankh:plugin@0.3.0 (requests as a record: handler)"),
         "{report}"
     );
     let s = Options::default()

@@ -104,7 +104,7 @@ fn a69_a_broken_replacement_leaves_the_old_version_serving() {
     s.install("v", plugins::NOWORLD);
     let log = s.wait_for_log_count("the previous version keeps serving", 3);
     assert!(
-        log.contains("does not match the ankh:plugin@0.2.0 world"),
+        log.contains("does not match the ankh:plugin@0.3.0 world"),
         "{log}"
     );
     assert!(is_hello(s.get("/v").0, &s.get("/v").1));

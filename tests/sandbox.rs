@@ -164,8 +164,8 @@ fn a67_bad_plugin_files_are_refused_and_the_rest_served() {
     );
     assert!(log.contains("truncated.wasm does not compile"), "{log}");
     assert!(
-        log.contains("noworld.wasm does not match the ankh:plugin@0.2.0 world")
-            && log.contains("ankh:plugin/handler@0.2.0"),
+        log.contains("noworld.wasm does not match the ankh:plugin@0.3.0 world")
+            && log.contains("ankh:plugin/handler@0.3.0"),
         "{log}"
     );
     assert_eq!(s.get("/hello").1, "Hello, World!");

@@ -1,6 +1,7 @@
 //! Streamed responses (issue 34): a body that leaves as it is written, with chunked framing,
 //! trailers, backpressure from a client that does not read, and a client that leaves. The
-//! producer here is a `wasi:http` component (`httpecho`), whose body ankh now streams.
+//! producers are a `wasi:http` component (`httpecho`), whose body ankh streams, and an
+//! own-world plugin built with the SDK (`probe`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -529,4 +530,222 @@ fn head_to_a_stream_gets_its_head_alone() {
         &[("plugin", "httpecho")],
     );
     assert_eq!(open, 0.0);
+}
+
+// ankh's own world (`ankh:plugin@0.3.0`): a plugin built with the SDK streams through
+// `Request::stream`, `BodyWriter::write` and `finish` (the `probe` test plugin's `/stream`
+// routes). The host's side of the stream is the one the wasi:http tests above exercise.
+
+/// An own-world handler's first piece reaches the client while the handler still runs: it
+/// waits for a gate the test opens only after reading that piece.
+#[test]
+fn an_own_world_handler_sends_its_first_piece_before_it_ends() {
+    let gate = TcpListener::bind("127.0.0.1:0").unwrap();
+    let gate_addr = gate.local_addr().unwrap();
+    let s = Options::default()
+        .plugin(plugins::PROBE)
+        .file(
+            "probe.toml",
+            format!("[capabilities]\nhttp = [\"http://{gate_addr}\"]\n").as_bytes(),
+        )
+        .start();
+    let mut c = s.connect();
+    c.write_all(
+        format!("GET /probe/stream?n=3&size=5&gate={gate_addr} HTTP/1.1\r\nHost: x\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let (status, headers) = read_head(&mut r);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert!(
+        headers.contains(&("transfer-encoding".into(), "chunked".into())),
+        "{headers:?}"
+    );
+    assert_eq!(read_chunk(&mut r).unwrap(), b"aaaaa");
+    let (mut held, _) = gate.accept().unwrap();
+    let mut request = [0u8; 1024];
+    let _ = held.read(&mut request).unwrap();
+    held.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+        .unwrap();
+    drop(held);
+    let (rest, _) = read_chunked(&mut r);
+    assert_eq!(rest, b"bbbbbccccc");
+    s.wait_for_log("stream wrote 3");
+    // The connection stays open for the next request.
+    c.write_all(b"GET /probe/ok HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert!(read_response(&mut r, false).text().starts_with("ok "));
+}
+
+/// The framings an own-world stream can take: chunked with trailers, a declared length, an
+/// HTTP/1.0 body delimited by the close, gzip flushed per piece, and HEAD (the head alone);
+/// curl -N reads pieces written over time.
+#[test]
+fn an_own_world_stream_takes_every_framing() {
+    let s = Options::default()
+        .plugin(plugins::PROBE)
+        .flag("--admin", "127.0.0.1:0")
+        .start();
+    if let Ok(out) = std::process::Command::new("curl")
+        .args(["-sN", &s.url("/probe/stream?n=3&size=4&ms=30")])
+        .output()
+    {
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "aaaabbbbcccc");
+    }
+    let r = s.request(b"GET /probe/stream?n=3&size=2&trailer=1 HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(r.text(), "aabbcc");
+    assert_eq!(r.trailers, [("x-pieces".to_owned(), "3".to_owned())]);
+
+    let r = s.request(b"GET /probe/stream?n=2&size=3&len=1 HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(r.header("content-length"), Some("6"));
+    assert_eq!(r.header("transfer-encoding"), None);
+    assert_eq!(r.text(), "aaabbb");
+
+    let old = s.raw(b"GET /probe/stream?n=2&size=3 HTTP/1.0\r\n\r\n");
+    assert!(old.contains("connection: close\r\n"), "{old}");
+    assert!(!old.contains("transfer-encoding"), "{old}");
+    assert!(old.ends_with("\r\n\r\naaabbb"), "{old}");
+
+    let mut c = s.connect();
+    c.write_all(
+        b"GET /probe/stream?n=3&size=64&ms=20 HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n",
+    )
+    .unwrap();
+    let mut r = BufReader::new(c);
+    let (_, headers) = read_head(&mut r);
+    assert!(
+        headers.contains(&("content-encoding".into(), "gzip".into())),
+        "{headers:?}"
+    );
+    let mut decoder = flate2::write::GzDecoder::new(Vec::new());
+    for i in 0..3u8 {
+        let piece = read_chunk(&mut r).unwrap();
+        decoder.write_all(&piece).unwrap();
+        decoder.flush().unwrap();
+        assert_eq!(decoder.get_ref().len(), 64 * (usize::from(i) + 1));
+        assert!(decoder.get_ref().ends_with(&[b'a' + i; 64]));
+    }
+
+    let mut c = s.connect();
+    c.write_all(b"HEAD /probe/stream?n=3&size=4 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let (status, _) = read_head(&mut r);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    c.write_all(b"GET /probe/ok HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert!(read_response(&mut r, false).text().starts_with("ok "));
+    s.wait_for_log("HEAD /probe/stream");
+    let open = value(
+        &scrape(admin_addr(&s)),
+        "ankh_plugin_streams_open",
+        &[("plugin", "probe")],
+    );
+    assert_eq!(open, 0.0);
+}
+
+/// The streaming imports called out of order answer with the error that says so, and a
+/// handler that streamed cannot also respond.
+#[test]
+fn the_streaming_imports_refuse_calls_out_of_order() {
+    let s = Options::default().plugin(plugins::PROBE).start();
+    let r = s.request(b"GET /probe/stream-misuse HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.text(),
+        "write before start: Err(StreamError::NotStarted)\nstart: Ok(())\n\
+         start again: Err(StreamError::AlreadyResponded)\n\
+         respond: Err(RespondError::AlreadyResponded)\n"
+    );
+    s.wait_for_log(
+        "misuse: finish Ok(()), write after Err(StreamError::NotStarted), \
+         finish again Err(StreamError::NotStarted)",
+    );
+}
+
+/// A client that leaves mid-stream: the own-world producer's next write fails with `closed`
+/// and its call ends promptly; /metrics counts the stream as unfinished.
+#[test]
+fn an_own_world_producer_learns_its_client_left() {
+    let s = Options::default()
+        .plugin(plugins::PROBE)
+        .flag("--admin", "127.0.0.1:0")
+        .start();
+    let admin = admin_addr(&s);
+    let mut c = s.connect();
+    c.write_all(b"GET /probe/stream-forever HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut some = vec![0u8; 1 << 20];
+    c.read_exact(&mut some).unwrap();
+    let left = Instant::now();
+    drop(c);
+    let line = s.wait_for_log("stream ended after");
+    let took = left.elapsed();
+    eprintln!("the producer's write failed {took:?} after its client left");
+    assert!(line.contains("Closed("), "{line}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    s.wait_for_log("GET /probe/stream-forever");
+    let scraped = scrape(admin);
+    let labels = [("plugin", "probe")];
+    assert_eq!(value(&scraped, "ankh_plugin_streams_open", &labels), 0.0);
+    assert_eq!(
+        value(&scraped, "ankh_plugin_streams_unfinished_total", &labels),
+        1.0
+    );
+    assert!(s.get("/probe/ok").1.starts_with("ok "));
+}
+
+/// A hostile producer writing as fast as it can to a client that does not read: the host
+/// takes a bounded amount of its body, its memory stays flat, and the one worker thread
+/// answers other requests meanwhile.
+#[test]
+fn an_own_world_producer_cannot_outrun_a_stalled_client() {
+    let s = Options::default()
+        .plugin(plugins::PROBE)
+        .flag("--admin", "127.0.0.1:0")
+        .flag("--workers", 1)
+        .start();
+    let admin = admin_addr(&s);
+    let streamed = || {
+        value(
+            &scrape(admin),
+            "ankh_plugin_streamed_bytes_total",
+            &[("plugin", "probe")],
+        )
+    };
+    // Warm both event loops with a whole stream first.
+    for _ in 0..2 {
+        let warm = s.request(b"GET /probe/stream?n=256&size=65536 HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(warm.body.len(), 16 << 20);
+    }
+    let rss_before = s.rss_kib();
+    let before = streamed();
+    let mut c = s.connect();
+    c.write_all(b"GET /probe/stream-forever HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut last, mut still) = (-1.0, 0);
+    while still < 5 {
+        assert!(Instant::now() < deadline, "the stream never stopped");
+        std::thread::sleep(Duration::from_millis(200));
+        let now = streamed() - before;
+        if now == last && now > 0.0 {
+            still += 1;
+        } else {
+            still = 0;
+        }
+        last = now;
+    }
+    eprintln!("a stalled client: {last} bytes taken from an own-world producer");
+    assert!(last < (32 * MIB) as f64, "{last} bytes taken");
+    let grown = s.rss_kib().saturating_sub(rss_before);
+    eprintln!("a stalled client: resident memory grew by {grown} KiB");
+    assert!(grown <= 8 * 1024, "resident memory grew by {grown} KiB");
+    assert!(s.get("/probe/ok").1.starts_with("ok "));
+    // Leaving without reading: the suspended call is stopped (it never writes again) and
+    // the stream's access line is written.
+    drop(c);
+    s.wait_for_log("GET /probe/stream-forever");
 }

@@ -55,7 +55,9 @@
 //! [`Request::route_path`], the decoded path below the mount point, and runs the first route
 //! whose pattern and method match. The handler returns anything that is [`IntoOutcome`]: a
 //! [`Response`], a `String`, a `Result` of those (so `?` works), or an [`Outcome`], which can
-//! also accept a WebSocket upgrade or say that [`Request::respond`] already answered.
+//! also accept a WebSocket upgrade or say that [`Request::respond`] or [`Request::stream`]
+//! already answered. A handler that streams its response ([`BodyWriter`], or [`sse`] for
+//! Server-Sent Events) writes the body piece by piece, each leaving as it is written.
 //!
 //! Instances share no memory and the host may replace one at any time (after a trap, for
 //! instance), so state that must outlive a request goes in the [`kv`] store.
@@ -89,13 +91,14 @@ mod packed;
 mod pattern;
 mod percent;
 mod router;
+pub mod sse;
 #[cfg(test)]
 mod test_support;
 pub mod testing;
 pub mod ws;
 
 pub use bindings::ankh::plugin::types as wit;
-pub use exchange::{IntoOutcome, JsonError, Outcome, Request, Response};
+pub use exchange::{BodyWriter, IntoOutcome, JsonError, Outcome, Request, Response, StreamError};
 pub use pattern::{PatternError, PatternErrorKind};
 pub use router::Router;
 pub use wit::{HttpVersion, RespondError};
@@ -103,7 +106,10 @@ pub use wit::{HttpVersion, RespondError};
 /// Everything a typical plugin uses: `use ankh_guest::prelude::*;`.
 pub mod prelude {
     pub use crate::ws::{self, WebSocketHandler};
-    pub use crate::{IntoOutcome, JsonError, Outcome, Request, Response, Router, http, kv, log};
+    pub use crate::{
+        BodyWriter, IntoOutcome, JsonError, Outcome, Request, Response, Router, StreamError, http,
+        kv, log, sse,
+    };
 }
 
 /// The glue `export_plugin!` expands to. Not a public API.
@@ -186,6 +192,14 @@ macro_rules! export_plugin {
                     body: ::std::vec::Vec<u8>,
                 ) -> ::std::vec::Vec<u8> {
                     $crate::__private::handle_packed_answer($router, head, body)
+                }
+            }
+
+            impl $crate::bindings::exports::ankh::plugin::scheduled::Guest for AnkhPlugin {
+                fn run(
+                    _job: $crate::bindings::exports::ankh::plugin::scheduled::Job,
+                ) -> ::std::result::Result<(), ::std::string::String> {
+                    ::std::result::Result::Err("this plugin has no scheduled jobs".into())
                 }
             }
 

@@ -115,6 +115,8 @@ pub struct PluginMetrics {
     pub streams_open: AtomicI64,
     /// Bytes of streamed bodies sent (framing and coding included).
     pub streamed_bytes: AtomicU64,
+    /// Streamed responses that did not reach their end.
+    pub streams_unfinished: AtomicU64,
 }
 
 /// Outbound requests to one origin.
@@ -392,7 +394,7 @@ impl Metrics {
                 "ankh_plugin_request_duration_seconds_count{{plugin=\"{plugin}\"}} {count}"
             );
         }
-        let per_plugin: [Family; 14] = [
+        let per_plugin: [Family; 15] = [
             (
                 "ankh_plugin_traps_total",
                 "Calls that trapped.",
@@ -471,6 +473,12 @@ impl Metrics {
                 "Bytes of streamed response bodies handed to the connection (framing and coding included).",
                 "counter",
                 |m| m.streamed_bytes.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "ankh_plugin_streams_unfinished_total",
+                "Streamed responses that did not reach their end: the client left, a stream time limit passed, or the handler failed or broke the body's framing.",
+                "counter",
+                |m| m.streams_unfinished.load(Ordering::Relaxed).to_string(),
             ),
             (
                 "ankh_plugin_reloads_total",

@@ -262,6 +262,19 @@ impl Request {
     pub fn respond(&self, response: Response) -> Result<(), crate::RespondError> {
         crate::bindings::ankh::plugin::http::respond(&response.into_raw())
     }
+
+    /// Starts a streamed response: `head`'s status and headers leave now, then its body (if
+    /// it has one) as the first piece, and the returned [`BodyWriter`](crate::BodyWriter) writes the rest as the
+    /// handler produces it.
+    ///
+    /// The host frames the body itself: with the `content-length` `head` declares, else
+    /// chunked (closed-delimited for an HTTP/1.0 client). It compresses it when the client
+    /// accepts gzip, flushing after each write, so every piece is readable as it arrives.
+    /// The handler must then return [`Outcome::Done`]. Like
+    /// [`Request::respond`], only the first final response counts.
+    pub fn stream(&self, head: Response) -> Result<crate::BodyWriter, crate::StreamError> {
+        crate::BodyWriter::start(head)
+    }
 }
 
 /// [`Request::headers`], over either form of the fields.

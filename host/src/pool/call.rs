@@ -247,6 +247,11 @@ impl Call {
                 return self.finish();
             }
         };
+        if call.streaming() {
+            // Returning ends a streamed body, as `http.finish` would: a response or an
+            // upgrade returned after it is refused and logged below.
+            let _ = call.finish::<(String, Vec<u8>)>(&[]);
+        }
         match returned.answer() {
             Ok(Answer::Respond {
                 status,

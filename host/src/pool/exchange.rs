@@ -315,6 +315,10 @@ impl<R: Responder> Exchange<R> {
         let sent = open.sent + last.len();
         if let Some(m) = &self.access.metrics {
             m.streams_open.fetch_sub(1, Ordering::Relaxed);
+            if open.flow.is_closed() {
+                // Ended after its client left, or after a time limit closed it.
+                m.streams_unfinished.fetch_add(1, Ordering::Relaxed);
+            }
             m.streamed_bytes
                 .fetch_add(last.len() as u64, Ordering::Relaxed);
         }
@@ -334,6 +338,7 @@ impl<R: Responder> Exchange<R> {
         self.stream_over();
         if let Some(m) = &self.access.metrics {
             m.streams_open.fetch_sub(1, Ordering::Relaxed);
+            m.streams_unfinished.fetch_add(1, Ordering::Relaxed);
         }
         if !open.flow.is_closed() {
             warn_limited!(
@@ -345,6 +350,11 @@ impl<R: Responder> Exchange<R> {
         self.responder.end(Vec::new(), true);
         self.access
             .log(open.status, open.sent, &self.plugin, Some(self.request_id));
+    }
+
+    /// Whether a streamed response is under way.
+    pub(crate) fn streaming(&self) -> bool {
+        self.open.is_some()
     }
 
     /// The stream is over: the call's handler deadline applies again.
@@ -392,6 +402,10 @@ impl<R: Responder> Respond for Exchange<R> {
 
     fn cut(&mut self, why: &str) {
         Exchange::cut(self, why);
+    }
+
+    fn flow(&self) -> Option<Flow> {
+        self.open.as_ref().map(|open| open.flow.clone())
     }
 }
 

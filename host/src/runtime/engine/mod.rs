@@ -149,6 +149,7 @@ impl Runtime {
         crate::runtime::host::io_error::add_to_linker(&mut linker)?;
         crate::runtime::host::head::add_to_linker(&mut linker)?;
         bindings::Plugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+        crate::runtime::host::v02::add_to_linker(&mut linker)?;
         crate::runtime::host::legacy::add_to_linker(&mut linker)?;
         crate::runtime::host::kv::add_to_linker(&mut linker)?;
         let ticker = EpochTicker::start(engine.clone(), EPOCH_TICK)

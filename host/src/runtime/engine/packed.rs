@@ -8,8 +8,12 @@ use crate::proto::Version;
 use crate::runtime::bindings::types;
 use crate::runtime::engine::incoming::Incoming;
 
-/// The interface a component exports to be called this way.
-pub(crate) const INTERFACE: &str = "ankh:plugin/packed-handler@0.2.0";
+/// The interface a component exports to be called this way, in each world that has it
+/// (0.3.0 and 0.2.0: the same functions).
+pub(crate) const INTERFACE: [&str; 2] = [
+    "ankh:plugin/packed-handler@0.3.0",
+    "ankh:plugin/packed-handler@0.2.0",
+];
 
 /// The function in it that returns an `outcome` record.
 pub(crate) const FUNCTION: &str = "handle-request";

@@ -127,7 +127,7 @@ pub enum LoadError {
     #[error("{path} does not compile: {reason}")]
     Compile { path: PathBuf, reason: String },
     #[error(
-        "{path} does not match the ankh:plugin@0.2.0 world (nor 0.1.0's, nor wasi:http/proxy@0.2): {reason}"
+        "{path} does not match the ankh:plugin@0.3.0 world (nor 0.2.0's or 0.1.0's, nor wasi:http/proxy@0.2): {reason}"
     )]
     World { path: PathBuf, reason: String },
     #[error("{path} fails to instantiate: {reason}")]
@@ -282,7 +282,7 @@ impl Plugin {
         Ok(())
     }
 
-    /// The world the component targets (`ankh:plugin@0.2.0`, with how its requests are
+    /// The world the component targets (`ankh:plugin@0.3.0` or `@0.2.0`, with how its requests are
     /// passed, `ankh:plugin@0.1.0` or `wasi:http/proxy@0.2`).
     pub fn world(&self) -> &'static str {
         self.pre.world()

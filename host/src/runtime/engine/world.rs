@@ -1,13 +1,13 @@
 //! Which world a plugin targets, and calling its exports whichever it is.
 //!
-//! A component built against the current `ankh:plugin@0.2.0` exports `handler@0.2.0`; one
-//! built against 0.1.0 exports `handler@0.1.0`. Both are linked against every import the host
-//! has, of both versions, and their `types` are the same Rust types, so the rest of the host
-//! never asks which one it is talking to. A standard `wasi:http/proxy` component (0.2.x)
+//! A component built against the current `ankh:plugin@0.3.0` exports `handler@0.3.0`; one
+//! built against 0.2.0 or 0.1.0 exports that version's `handler`. All are linked against every
+//! import the host has, of every version, and their `types` are the same Rust types, so the
+//! rest of the host never asks which one it is talking to. A standard `wasi:http/proxy` component (0.2.x)
 //! exports `wasi:http/incoming-handler`; its calls go through [`crate::runtime::engine::proxy`] and answer as
 //! ankh's own plugins do. Proxy components have no WebSocket events.
 //!
-//! A current component may also export `packed-handler` (the SDK's do): its requests are then
+//! A 0.3.0 or 0.2.0 component may also export `packed-handler` (the SDK's do): its requests are then
 //! lowered as two buffers instead of a record, and when it exports `packed-handler.handle`
 //! its answers come back as one buffer too (see [`crate::runtime::engine::packed`]).
 
@@ -17,7 +17,7 @@ use wasmtime::component::{Component, ComponentExportIndex, InstancePre, TypedFun
 
 use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
 
-use crate::runtime::bindings::{self, legacy, types};
+use crate::runtime::bindings::{self, legacy, types, v02};
 use crate::runtime::engine::incoming::Incoming;
 use crate::runtime::engine::packed::Returned;
 use crate::runtime::sandbox::store::HostState;
@@ -47,6 +47,8 @@ pub(crate) enum Packed {
 pub(crate) enum Pre {
     /// With where its `packed-handler` function is, when it exports one.
     Current(bindings::PluginPre<HostState>, Option<PackedExport>),
+    /// `ankh:plugin@0.2.0`, likewise.
+    V02(v02::PluginPre<HostState>, Option<PackedExport>),
     Legacy(legacy::PluginPre<HostState>),
     Proxy(ProxyPre<HostState>),
 }
@@ -54,23 +56,27 @@ pub(crate) enum Pre {
 /// A live instance's exports, of either world.
 pub(crate) enum Exports {
     Current(bindings::Plugin, Option<Packed>),
+    V02(v02::Plugin, Option<Packed>),
     Legacy(legacy::Plugin),
     Proxy(Proxy),
 }
 
 impl Pre {
-    /// Checks the component's exports against the current world, then against 0.1.0, then
-    /// against `wasi:http/proxy`. The error, when none fits, is the current world's.
+    /// Checks the component's exports against the current world, then against 0.2.0 and
+    /// 0.1.0, then against `wasi:http/proxy`. The error, when none fits, is the current
+    /// world's.
     pub(crate) fn new(pre: InstancePre<HostState>) -> wasmtime::Result<Pre> {
         let e = match bindings::PluginPre::new(pre.clone()) {
             Ok(current) => {
-                return Ok(Pre::Current(
-                    current,
-                    packed_export(pre.component(), pre.engine())?,
-                ));
+                let packed = packed_export(pre.component(), pre.engine(), 0)?;
+                return Ok(Pre::Current(current, packed));
             }
             Err(e) => e,
         };
+        if let Ok(v02) = v02::PluginPre::new(pre.clone()) {
+            let packed = packed_export(pre.component(), pre.engine(), 1)?;
+            return Ok(Pre::V02(v02, packed));
+        }
         if let Ok(legacy) = legacy::PluginPre::new(pre.clone()) {
             return Ok(Pre::Legacy(legacy));
         }
@@ -88,6 +94,7 @@ impl Pre {
     pub(crate) fn engine(&self) -> &wasmtime::Engine {
         match self {
             Pre::Current(p, _) => p.engine(),
+            Pre::V02(p, _) => p.engine(),
             Pre::Legacy(p) => p.engine(),
             Pre::Proxy(p) => p.engine(),
         }
@@ -97,12 +104,19 @@ impl Pre {
     pub(crate) fn world(&self) -> &'static str {
         match self {
             Pre::Current(_, Some(PackedExport::Answer(_))) => {
-                "ankh:plugin@0.2.0 (requests as two buffers, answers as one: packed-handler)"
+                "ankh:plugin@0.3.0 (requests as two buffers, answers as one: packed-handler)"
             }
             Pre::Current(_, Some(PackedExport::Record(_))) => {
+                "ankh:plugin@0.3.0 (requests as two buffers: packed-handler)"
+            }
+            Pre::Current(_, None) => "ankh:plugin@0.3.0 (requests as a record: handler)",
+            Pre::V02(_, Some(PackedExport::Answer(_))) => {
+                "ankh:plugin@0.2.0 (requests as two buffers, answers as one: packed-handler)"
+            }
+            Pre::V02(_, Some(PackedExport::Record(_))) => {
                 "ankh:plugin@0.2.0 (requests as two buffers: packed-handler)"
             }
-            Pre::Current(_, None) => "ankh:plugin@0.2.0 (requests as a record: handler)",
+            Pre::V02(_, None) => "ankh:plugin@0.2.0 (requests as a record: handler)",
             Pre::Legacy(_) => "ankh:plugin@0.1.0",
             Pre::Proxy(_) => "wasi:http/proxy@0.2",
         }
@@ -116,17 +130,12 @@ impl Pre {
             Pre::Current(p, packed) => {
                 let instance = p.instance_pre().instantiate_async(&mut *store).await?;
                 let exports = bindings::Plugin::new(&mut *store, &instance)?;
-                // Its signature was checked by `Pre::new`; this check cannot fail then.
-                let packed = match packed {
-                    Some(PackedExport::Record(index)) => {
-                        Some(Packed::Record(instance.get_typed_func(&mut *store, index)?))
-                    }
-                    Some(PackedExport::Answer(index)) => {
-                        Some(Packed::Answer(instance.get_typed_func(&mut *store, index)?))
-                    }
-                    None => None,
-                };
-                Exports::Current(exports, packed)
+                Exports::Current(exports, packed_func(store, &instance, packed)?)
+            }
+            Pre::V02(p, packed) => {
+                let instance = p.instance_pre().instantiate_async(&mut *store).await?;
+                let exports = v02::Plugin::new(&mut *store, &instance)?;
+                Exports::V02(exports, packed_func(store, &instance, packed)?)
             }
             Pre::Legacy(p) => Exports::Legacy(p.instantiate_async(store).await?),
             Pre::Proxy(p) => Exports::Proxy(p.instantiate_async(store).await?),
@@ -134,16 +143,39 @@ impl Pre {
     }
 }
 
+/// A live instance's `packed-handler` function, at the place [`packed_export`] found.
+fn packed_func(
+    store: &mut Store<HostState>,
+    instance: &wasmtime::component::Instance,
+    packed: &Option<PackedExport>,
+) -> wasmtime::Result<Option<Packed>> {
+    // Its signature was checked by `Pre::new`; this check cannot fail then.
+    Ok(match packed {
+        Some(PackedExport::Record(index)) => {
+            Some(Packed::Record(instance.get_typed_func(&mut *store, index)?))
+        }
+        Some(PackedExport::Answer(index)) => {
+            Some(Packed::Answer(instance.get_typed_func(&mut *store, index)?))
+        }
+        None => None,
+    })
+}
+
 /// Where the `packed-handler` function the host calls is, if the component exports one:
 /// `handle` when it is there, else `handle-request`. Both signatures are checked here, at
 /// load, so that a component with another one is refused with the reason instead of failing
-/// its first instantiation.
+/// its first instantiation. `version` picks the world: 0 for the current one, 1 for 0.2.0.
 fn packed_export(
     component: &Component,
     engine: &wasmtime::Engine,
+    version: usize,
 ) -> wasmtime::Result<Option<PackedExport>> {
-    use crate::runtime::engine::packed::{ANSWER_FUNCTION, FUNCTION, INTERFACE};
-    let Some(interface) = component.get_export_index(None, INTERFACE) else {
+    use crate::runtime::engine::packed::{ANSWER_FUNCTION, FUNCTION};
+    let (packed_name, record_name) = (
+        crate::runtime::engine::packed::INTERFACE[version],
+        HANDLER[version],
+    );
+    let Some(interface) = component.get_export_index(None, packed_name) else {
         return Ok(None);
     };
     let ty = component.component_type();
@@ -163,12 +195,12 @@ fn packed_export(
     };
     let refuse = |name: &str, signature: &str| {
         wasmtime::Error::msg(format!(
-            "its `{INTERFACE}` export has another signature than \
+            "its `{packed_name}` export has another signature than \
              `{name}: func(head: list<u8>, body: list<u8>) -> {signature}` (see wit/plugin.wit)"
         ))
     };
     if let Some(index) = component.get_export_index(Some(&interface), ANSWER_FUNCTION) {
-        let fits = func(INTERFACE, ANSWER_FUNCTION).is_some_and(|f| {
+        let fits = func(packed_name, ANSWER_FUNCTION).is_some_and(|f| {
             let mut results = f.results();
             takes_two_buffers(&f)
                 && results.len() == 1
@@ -182,7 +214,7 @@ fn packed_export(
     let Some(index) = component.get_export_index(Some(&interface), FUNCTION) else {
         return Ok(None);
     };
-    let fits = match (func(INTERFACE, FUNCTION), func(HANDLER, FUNCTION)) {
+    let fits = match (func(packed_name, FUNCTION), func(record_name, FUNCTION)) {
         (Some(packed), Some(record)) => {
             takes_two_buffers(&packed) && packed.results().eq(record.results())
         }
@@ -194,8 +226,9 @@ fn packed_export(
     Ok(Some(PackedExport::Record(index)))
 }
 
-/// The record entry point of the current world.
-const HANDLER: &str = "ankh:plugin/handler@0.2.0";
+/// The record entry point of the worlds with a `packed-handler`, as in
+/// [`crate::runtime::engine::packed::INTERFACE`].
+const HANDLER: [&str; 2] = ["ankh:plugin/handler@0.3.0", "ankh:plugin/handler@0.2.0"];
 
 impl Exports {
     /// Calls the request handler. The body is moved into the guest: `request` comes back
@@ -205,7 +238,7 @@ impl Exports {
         store: &mut Store<HostState>,
         request: &mut Incoming,
     ) -> wasmtime::Result<Returned> {
-        let Exports::Current(_, Some(packed)) = self else {
+        let (Exports::Current(_, Some(packed)) | Exports::V02(_, Some(packed))) = self else {
             // Boxed: with the record paths inline this future was 2.3 KB, the packed call's
             // alone is 440 bytes, and every call's future is as large as its largest path.
             return Box::pin(self.handle_record(store, request)).await;
@@ -228,6 +261,11 @@ impl Exports {
         let record = request.lend();
         let outcome = match self {
             Exports::Current(p, _) => {
+                p.ankh_plugin_handler()
+                    .call_handle_request(&mut *store, &record)
+                    .await
+            }
+            Exports::V02(p, _) => {
                 p.ankh_plugin_handler()
                     .call_handle_request(&mut *store, &record)
                     .await
@@ -255,6 +293,11 @@ impl Exports {
                     .call_on_open(store, conn, request)
                     .await
             }
+            Exports::V02(p, _) => {
+                p.ankh_plugin_websocket_handler()
+                    .call_on_open(store, conn, request)
+                    .await
+            }
             Exports::Legacy(p) => {
                 p.ankh_plugin_websocket_handler()
                     .call_on_open(store, conn, request)
@@ -277,6 +320,11 @@ impl Exports {
                     .call_on_message(store, conn, message)
                     .await
             }
+            Exports::V02(p, _) => {
+                p.ankh_plugin_websocket_handler()
+                    .call_on_message(store, conn, message)
+                    .await
+            }
             Exports::Legacy(p) => {
                 p.ankh_plugin_websocket_handler()
                     .call_on_message(store, conn, message)
@@ -295,6 +343,11 @@ impl Exports {
     ) -> wasmtime::Result<()> {
         match self {
             Exports::Current(p, _) => {
+                p.ankh_plugin_websocket_handler()
+                    .call_on_close(store, conn, info)
+                    .await
+            }
+            Exports::V02(p, _) => {
                 p.ankh_plugin_websocket_handler()
                     .call_on_close(store, conn, info)
                     .await

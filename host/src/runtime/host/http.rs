@@ -70,6 +70,11 @@ pub trait Respond: Any + Send {
 
     /// Ends a streamed response that cannot end well: the client sees it incomplete.
     fn cut(&mut self, _why: &str) {}
+
+    /// The flow of the streamed response under way, if one is.
+    fn flow(&self) -> Option<Flow> {
+        None
+    }
 }
 
 /// Writes `data` into the streamed response of `call` in pieces of at most
@@ -103,6 +108,46 @@ impl http::Host for HostState {
             .collect();
         call.respond(response.status, &headers, &response.body)
             .map_err(|_| RespondError::AlreadyResponded)
+    }
+
+    fn start(&mut self, status: u16, headers: Vec<types::Header>) -> Result<(), http::StreamError> {
+        let call = self.call.as_mut().ok_or(http::StreamError::NoRequest)?;
+        let headers: Vec<_> = headers.into_iter().map(|h| (h.name, h.value)).collect();
+        call.start(status, &headers).map(drop).map_err(wit_error)
+    }
+
+    async fn write(&mut self, bytes: Vec<u8>) -> Result<(), http::StreamError> {
+        let call = self
+            .call
+            .as_deref_mut()
+            .ok_or(http::StreamError::NoRequest)?;
+        let flow = call.flow().ok_or(http::StreamError::NotStarted)?;
+        write_piecewise(call, &flow, &bytes)
+            .await
+            .map_err(wit_error)
+    }
+
+    fn finish(&mut self, trailers: Vec<types::Header>) -> Result<(), http::StreamError> {
+        let call = self.call.as_mut().ok_or(http::StreamError::NoRequest)?;
+        let trailers: Vec<_> = trailers.into_iter().map(|h| (h.name, h.value)).collect();
+        call.finish(&trailers).map_err(wit_error)
+    }
+}
+
+/// The guest's view of why a stream failed.
+fn wit_error(e: StreamError) -> http::StreamError {
+    match e {
+        StreamError::AlreadyResponded => http::StreamError::AlreadyResponded,
+        StreamError::Invalid(why) => http::StreamError::Invalid(why),
+        StreamError::NotStarted => http::StreamError::NotStarted,
+        StreamError::Unsupported => http::StreamError::NoRequest,
+        StreamError::Closed => http::StreamError::Closed(
+            "the client is gone, or the stream's time limit passed".to_owned(),
+        ),
+        StreamError::Draining => {
+            http::StreamError::Closed("the server is shutting down".to_owned())
+        }
+        StreamError::Body(e) => http::StreamError::Closed(e.to_string()),
     }
 }
 

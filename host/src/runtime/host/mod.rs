@@ -10,6 +10,7 @@ pub(crate) mod legacy;
 pub(crate) mod log;
 pub(crate) mod outbound;
 pub(crate) mod stdio;
+pub(crate) mod v02;
 pub mod websocket;
 
 /// `types` holds only types: there is nothing to implement.

@@ -9,7 +9,7 @@ wit_bindgen::generate!({
     generate_all,
 });
 
-use exports::ankh::plugin::{handler, packed_handler, websocket_handler};
+use exports::ankh::plugin::{handler, packed_handler, scheduled, websocket_handler};
 
 struct Bad;
 
@@ -20,6 +20,12 @@ impl handler::Guest for Bad {
             headers: Vec::new(),
             body: b"record".to_vec(),
         })
+    }
+}
+
+impl scheduled::Guest for Bad {
+    fn run(_job: scheduled::Job) -> Result<(), String> {
+        Err("no jobs".into())
     }
 }
 

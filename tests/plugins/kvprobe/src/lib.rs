@@ -1,4 +1,4 @@
-//! Every call of the key-value store (`ankh:plugin/kv@0.2.0`) behind a route, for the
+//! Every call of the key-value store (`ankh:plugin/kv@0.3.0`) behind a route, for the
 //! durability, expiry, batch, race and limit tests. Values travel as text.
 //!
 //! - `GET /kvprobe/get?key=K` → the value, or `404 absent`

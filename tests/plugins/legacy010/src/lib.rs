@@ -1,6 +1,6 @@
 //! A plugin built against `ankh:plugin@0.1.0` (the frozen `wit/legacy/ankh-plugin-0.1.0.wit`),
 //! with wit-bindgen directly and no SDK: the fixture that shows a 0.1.0 plugin still loads and
-//! works on a host whose current world is 0.2.0. It is kept as source (built `.wasm` files are
+//! works on a host whose current world is newer. It is kept as source (built `.wasm` files are
 //! never committed), bound to the frozen WIT, so what it builds is a 0.1.0 component.
 //!
 //! - `GET /legacy010/set?key=K&value=V` → `ok`, or the kv error

@@ -29,6 +29,16 @@
 //! - `/probe/fetch?url=U[&n=N]`: N (default 1) sequential outbound `GET U` through the SDK's
 //!   `http` client; answers `status S bytes B` and the last body, or the SDK's error answer
 //!   (502, or 504 for a timeout) with the error
+//! - `/probe/stream?n=N&size=S[&gate=ADDR][&trailer=1][&len=1][&ms=M]`: a streamed response
+//!   of N pieces (default 4) of S bytes (default 16) each, piece i all of the letter `a`+i%26,
+//!   written M ms apart (default 0); with `gate`, after the first piece it waits for
+//!   `GET http://ADDR/` to answer; with `trailer=1` it ends with the trailer `x-pieces: N`;
+//!   with `len=1` the head declares the length. Logs `stream wrote K` or, when a write
+//!   fails, `stream write failed after K: ERROR`
+//! - `/probe/stream-forever?size=S`: writes pieces of S bytes (default 65536) until a write
+//!   fails, then logs `stream ended after B bytes: ERROR`
+//! - `/probe/stream-misuse`: calls the streaming imports out of order and answers, as a
+//!   streamed body, what each returned
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -234,6 +244,82 @@ fn fetch(req: &Request) -> Result<Response, Outcome> {
     Ok(Response::bytes("text/plain", body))
 }
 
+/// `/probe/stream`.
+fn stream(req: &Request) -> Result<Outcome, Response> {
+    let n: usize = query(req, "n", Some(4))?;
+    let size: usize = query(req, "size", Some(16))?;
+    let ms: u64 = query(req, "ms", Some(0))?;
+    let mut head = Response::new(200).with_header("content-type", "text/plain");
+    if req.query_param("len").as_deref() == Some("1") {
+        head = head.with_header("content-length", (n * size).to_string());
+    }
+    let Ok(mut body) = req.stream(head) else {
+        return Ok(Outcome::Done);
+    };
+    for i in 0..n {
+        let piece = vec![b'a' + (i % 26) as u8; size];
+        if let Err(e) = body.write(&piece) {
+            log::info(&format!("stream write failed after {i}: {e:?}"));
+            return Ok(Outcome::Done);
+        }
+        if i == 0
+            && let Some(gate) = req.query_param("gate")
+        {
+            let _ = http::get(&format!("http://{gate}/"));
+        }
+        if ms > 0 {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+    }
+    log::info(&format!("stream wrote {n}"));
+    let ended = if req.query_param("trailer").as_deref() == Some("1") {
+        body.finish_with_trailers(&[("x-pieces", n.to_string().as_bytes())])
+    } else {
+        body.finish()
+    };
+    if let Err(e) = ended {
+        log::info(&format!("stream finish failed: {e:?}"));
+    }
+    Ok(Outcome::Done)
+}
+
+/// `/probe/stream-forever`.
+fn stream_forever(req: &Request) -> Result<Outcome, Response> {
+    let size: usize = query(req, "size", Some(65536))?;
+    let piece = vec![b'x'; size];
+    let Ok(mut body) = req.stream(Response::new(200)) else {
+        return Ok(Outcome::Done);
+    };
+    let mut sent = 0u64;
+    loop {
+        if let Err(e) = body.write(&piece) {
+            log::info(&format!("stream ended after {sent} bytes: {e:?}"));
+            return Ok(Outcome::Done);
+        }
+        sent += size as u64;
+    }
+}
+
+/// `/probe/stream-misuse`.
+fn stream_misuse(req: &Request) -> Outcome {
+    use ankh_guest::bindings::ankh::plugin::http as raw;
+    let before = raw::write(b"x");
+    let first = raw::start(200, &[]);
+    let second = raw::start(200, &[]);
+    let respond = req.respond(Response::text("late"));
+    let report = format!(
+        "write before start: {before:?}\nstart: {first:?}\nstart again: {second:?}\nrespond: {respond:?}\n"
+    );
+    let _ = raw::write(report.as_bytes());
+    let finish = raw::finish(&[]);
+    let after = raw::write(b"y");
+    let again = raw::finish(&[]);
+    log::info(&format!(
+        "misuse: finish {finish:?}, write after {after:?}, finish again {again:?}"
+    ));
+    Outcome::Done
+}
+
 fn router() -> Router {
     // Every handler counts the request, so `ok <n>` tells a fresh instance apart.
     fn counted<O: IntoOutcome>(
@@ -265,6 +351,9 @@ fn router() -> Router {
         .get("/write", counted(write))
         .get("/connect", counted(connect))
         .get("/work", counted(work))
+        .get("/stream", counted(stream))
+        .get("/stream-forever", counted(stream_forever))
+        .get("/stream-misuse", counted(stream_misuse))
         .get("/fetch", counted(fetch))
 }
 

@@ -23,8 +23,8 @@ wit_bindgen::generate!({
             import wasi:keyvalue/store@0.2.0-draft;
             import wasi:keyvalue/atomics@0.2.0-draft;
             import wasi:keyvalue/batch@0.2.0-draft;
-            export ankh:plugin/handler@0.2.0;
-            export ankh:plugin/websocket-handler@0.2.0;
+            export ankh:plugin/handler@0.3.0;
+            export ankh:plugin/websocket-handler@0.3.0;
         }
     ",
     path: "../../../wit",
