@@ -10,7 +10,7 @@ use ankh_test_support::{harness, metrics, upstream, wasmtime_serve};
 
 // Plugin crates built with cargo: `ankh build`, `ankh new`, `ankh dev`.
 mod cli_build;
-// The chat example in two headless Chromium pages.
+// The chat and ticker (Server-Sent Events) examples in headless Chromium.
 mod browser;
 // A plugin written in Python (componentize-py) against the same WIT world.
 mod python;
