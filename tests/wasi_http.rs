@@ -877,62 +877,90 @@ fn wasmtime_49() -> Option<PathBuf> {
     }
 }
 
-/// A streamed body as ankh and `wasmtime serve` send it, side by side: the same bytes, and
-/// under both the first piece reaches the client before the component finishes (it waits for
-/// a gate the test opens only after reading that piece). Trailers differ: hyper sends them
-/// only to a client that asked (`TE: trailers`), ankh to every HTTP/1.1 client.
+/// A streamed body as ankh and `wasmtime serve` send it, side by side, from components of
+/// two toolchains (Rust with the `wasi` crate, JavaScript with componentize-js, whose
+/// `ReadableStream` body the engine writes as it is pulled): the same bytes, and under both
+/// the first piece reaches the client before the component finishes (it waits for a gate the
+/// test opens only after reading that piece). Trailers differ: hyper sends them only to a
+/// client that asked (`TE: trailers`), ankh to every HTTP/1.1 client.
 #[test]
 fn streams_arrive_as_under_wasmtime_serve() {
     let Some(wasmtime) = wasmtime_49() else {
         return;
     };
-    let gate = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let gate_addr = gate.local_addr().unwrap();
-    let ankh = Options::default()
-        .plugin(plugins::HTTPECHO)
-        .file(
-            "httpecho.toml",
-            format!("[capabilities]\nhttp = [\"http://{gate_addr}\"]\n").as_bytes(),
-        )
-        .start();
-    let serve = WasmtimeServe::start(&wasmtime, Path::new(plugins::HTTPECHO));
-    let run = |addr: SocketAddr, prefix: &str| {
-        let mut c = TcpStream::connect(addr).unwrap();
-        c.set_read_timeout(Some(PATIENCE)).unwrap();
-        c.write_all(
-            format!("GET {prefix}/gated?gate={gate_addr} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .unwrap();
-        let mut r = BufReader::new(c);
-        let mut line = String::new();
-        r.read_line(&mut line).unwrap();
-        assert!(line.starts_with("HTTP/1.1 200"), "{prefix}: {line}");
-        loop {
-            line.clear();
-            r.read_line(&mut line).unwrap();
-            if line == "\r\n" {
-                break;
-            }
-        }
-        // The first chunk, before the gate opens.
+    let mut producers = vec![(
+        "httpecho",
+        PathBuf::from(plugins::HTTPECHO),
+        "/gated?gate=",
+        "first\n",
+        "second 200 open\n",
+    )];
+    if let Some(js) = jshello() {
+        producers.push((
+            "jshello",
+            js,
+            "/lines?n=3&gate=",
+            "line 0\n",
+            "line 1\nline 2\n",
+        ));
+    }
+    for (name, wasm, route, first, rest) in producers {
+        let gate = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let gate_addr = gate.local_addr().unwrap();
+        let ankh = Options::default()
+            .plugin_as(name, wasm.to_str().unwrap())
+            .file(
+                &format!("{name}.toml"),
+                format!("[capabilities]\nhttp = [\"http://{gate_addr}\"]\n").as_bytes(),
+            )
+            .start();
+        let serve = WasmtimeServe::start(&wasmtime, &wasm);
+        let target = format!("{route}{gate_addr}");
+        let under_ankh = gated_stream(ankh.addr, &format!("/{name}{target}"), &gate, first);
+        let under_serve = gated_stream(serve.addr, &target, &gate, first);
+        assert_eq!(under_ankh, rest, "{name}");
+        assert_eq!(under_ankh, under_serve, "{name}");
+    }
+}
+
+/// Sends `GET target` to `addr`, reads the head and the first chunk (which must be `first`),
+/// only then answers the component's call to `gate`, and returns the rest of the body.
+fn gated_stream(
+    addr: SocketAddr,
+    target: &str,
+    gate: &std::net::TcpListener,
+    first: &str,
+) -> String {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(PATIENCE)).unwrap();
+    c.write_all(
+        format!("GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut r = BufReader::new(c);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{target}: {line}");
+    loop {
         line.clear();
         r.read_line(&mut line).unwrap();
-        assert_eq!(line, "6\r\n", "{prefix}");
-        let mut first = [0u8; 8];
-        r.read_exact(&mut first).unwrap();
-        assert_eq!(&first, b"first\n\r\n", "{prefix}");
-        let (mut held, _) = gate.accept().unwrap();
-        let mut request = [0u8; 1024];
-        let _ = held.read(&mut request).unwrap();
-        held.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\nopen")
-            .unwrap();
-        drop(held);
-        let (rest, _) = crate::harness::read_chunked(&mut r);
-        String::from_utf8(rest).unwrap()
-    };
-    let under_ankh = run(ankh.addr, "/httpecho");
-    let under_serve = run(serve.addr, "");
-    assert_eq!(under_ankh, "second 200 open\n");
-    assert_eq!(under_ankh, under_serve);
+        if line == "\r\n" {
+            break;
+        }
+    }
+    // The first chunk, before the gate opens.
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line, format!("{:x}\r\n", first.len()), "{target}");
+    let mut chunk = vec![0u8; first.len() + 2];
+    r.read_exact(&mut chunk).unwrap();
+    assert_eq!(chunk, format!("{first}\r\n").as_bytes(), "{target}");
+    let (mut held, _) = gate.accept().unwrap();
+    let mut request = [0u8; 1024];
+    let _ = held.read(&mut request).unwrap();
+    held.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\nopen")
+        .unwrap();
+    drop(held);
+    let (rest, _) = crate::harness::read_chunked(&mut r);
+    String::from_utf8(rest).unwrap()
 }
