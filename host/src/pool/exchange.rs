@@ -57,8 +57,10 @@ pub struct Exchange<R: Responder> {
     stream: StreamTerms,
     responder: R,
     responded: bool,
-    /// A streamed response whose body has not ended.
-    open: Option<Open>,
+    /// A streamed response whose body has not ended. Boxed: an exchange is moved into and out
+    /// of every call, and a stream's encoder (with its gzip state) would make each move of
+    /// every buffered response's exchange a few hundred bytes longer.
+    open: Option<Box<Open>>,
 }
 
 impl<R: Responder> fmt::Debug for Exchange<R> {
@@ -255,13 +257,13 @@ impl<R: Responder> Exchange<R> {
         if let Some(m) = &self.access.metrics {
             m.streams_open.fetch_add(1, Ordering::Relaxed);
         }
-        self.open = Some(Open {
+        self.open = Some(Box::new(Open {
             status,
             encoder,
             keep_alive,
             flow: flow.clone(),
             sent: head.len(),
-        });
+        }));
         self.responder.start(head, flow.clone());
         Ok(flow)
     }
