@@ -1,15 +1,16 @@
 //! Streamed responses (`cargo bench -p benches --bench streaming`, after
 //! `cargo build --release -p ankh`).
 //!
-//! 1. **Throughput.** 1 GiB streamed by a wasi:http component (`tests/plugins/httpecho`'s
-//!    `/stream`, which writes 4 KiB at a time, as wasi:http's `check-write` allows) under ankh
-//!    at its defaults, against a native hyper 1 server streaming the same bytes in 64 KiB
-//!    pieces from memory, in alternating rounds; one client reading as fast as it can. The
-//!    ratio is given by round.
+//! 1. **Throughput.** 1 GiB streamed under ankh at its defaults by a wasi:http component
+//!    (`tests/plugins/httpecho`'s `/stream`, which writes 4 KiB at a time, as wasi:http's
+//!    `check-write` allows) and by an own-world plugin (`tests/plugins/probe`'s `/alphabet`,
+//!    64 KiB per `BodyWriter::write`), against a native hyper 1 server streaming the same
+//!    bytes in 64 KiB pieces from memory, in alternating rounds; one client reading as fast
+//!    as it can. The ratios are given by round.
 //! 2. **Latency of an event.** A producer writes a line every 2 ms carrying the wall-clock
 //!    time it was written at; the client notes when it reads it. ankh: the same component's
-//!    `/ticks` (with `precise_clocks`); hyper: a task feeding an mpsc channel that is the
-//!    response body. Median and p99 over 2,000 events each.
+//!    `/ticks` and the own-world plugin's (both with `precise_clocks`); hyper: a task feeding
+//!    an mpsc channel that is the response body. Median and p99 over 2,000 events each.
 //!
 //! Results go to stdout and `target/bench-results/streaming.json`.
 
@@ -185,39 +186,53 @@ fn main() {
     let ankh = benches::ankh_options()
         .plugin(plugins::HTTPECHO)
         .file("httpecho.toml", b"[capabilities]\nprecise_clocks = true\n")
+        .plugin(plugins::PROBE)
+        .file("probe.toml", b"[capabilities]\nprecise_clocks = true\n")
         .start();
     let native = Native::start(2, native);
     let stream = format!("/httpecho/stream?bytes={TOTAL}");
+    let own = format!("/probe/alphabet?bytes={TOTAL}");
     println!("streaming, {} ({ROUNDS} rounds)", benches::machine());
 
     println!("1 GiB, one client");
-    let (mut ankh_mbs, mut hyper_mbs, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ankh_mbs, mut own_mbs, mut hyper_mbs) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ratios, mut own_ratios) = (Vec::new(), Vec::new());
     for round in 1..=ROUNDS {
         let a = throughput(ankh.addr, &stream);
+        let o = throughput(ankh.addr, &own);
         let h = throughput(native.addr, "/stream");
         println!(
-            "  round {round}: ankh {a:>6.0} MB/s  hyper {h:>6.0} MB/s  ratio {:.2}",
-            a / h
+            "  round {round}: ankh wasi:http {a:>6.0} MB/s ({:.2})  own world {o:>6.0} MB/s ({:.2})  hyper {h:>6.0} MB/s",
+            a / h,
+            o / h
         );
         ankh_mbs.push(a);
+        own_mbs.push(o);
         hyper_mbs.push(h);
         ratios.push(a / h);
+        own_ratios.push(o / h);
     }
     let ratio = median(ratios.clone());
+    let own_ratio = median(own_ratios.clone());
     println!(
-        "  median: ankh {:.0} MB/s, hyper {:.0} MB/s, ratio by round {ratio:.2}",
+        "  median: ankh wasi:http {:.0} MB/s (ratio by round {ratio:.2}), own world {:.0} MB/s ({own_ratio:.2}), hyper {:.0} MB/s",
         median(ankh_mbs.clone()),
+        median(own_mbs.clone()),
         median(hyper_mbs.clone())
     );
 
     println!("an event every {EVENT_GAP:?}, {EVENTS} events: write to read");
     let ticks = format!("/httpecho/ticks?n={EVENTS}&ms={}", EVENT_GAP.as_millis());
+    let own_ticks = format!("/probe/ticks?n={EVENTS}&ms={}", EVENT_GAP.as_millis());
     let a = latencies(ankh.addr, &ticks);
+    let o = latencies(ankh.addr, &own_ticks);
     let h = latencies(native.addr, "/ticks");
     let (a50, a99) = (percentile(a.clone(), 0.5), percentile(a, 0.99));
+    let (o50, o99) = (percentile(o.clone(), 0.5), percentile(o, 0.99));
     let (h50, h99) = (percentile(h.clone(), 0.5), percentile(h, 0.99));
-    println!("  ankh:  median {a50:>7.1} µs  p99 {a99:>7.1} µs");
-    println!("  hyper: median {h50:>7.1} µs  p99 {h99:>7.1} µs");
+    println!("  ankh wasi:http:  median {a50:>7.1} µs  p99 {a99:>7.1} µs");
+    println!("  ankh own world:  median {o50:>7.1} µs  p99 {o99:>7.1} µs");
+    println!("  hyper:           median {h50:>7.1} µs  p99 {h99:>7.1} µs");
 
     benches::write_results(
         "streaming",
@@ -225,12 +240,16 @@ fn main() {
             "machine": benches::machine(),
             "throughput": {
                 "ankh_mb_s": ankh_mbs,
+                "own_world_mb_s": own_mbs,
                 "hyper_mb_s": hyper_mbs,
                 "ratio_by_round": ratios,
                 "median_ratio": ratio,
+                "own_world_ratio_by_round": own_ratios,
+                "own_world_median_ratio": own_ratio,
             },
             "event_latency_us": {
                 "ankh": { "p50": a50, "p99": a99 },
+                "ankh_own_world": { "p50": o50, "p99": o99 },
                 "hyper": { "p50": h50, "p99": h99 },
             },
         }),

@@ -37,6 +37,11 @@
 //!   fails, `stream write failed after K: ERROR`
 //! - `/probe/stream-forever?size=S`: writes pieces of S bytes (default 65536) until a write
 //!   fails, then logs `stream ended after B bytes: ERROR`
+//! - `/probe/alphabet?bytes=N`: a streamed body of N bytes, byte i being `a`+i%26, written
+//!   64 KiB at a time (the streaming benchmark's own-world producer)
+//! - `/probe/ticks?n=N&ms=M`: N lines, M ms apart, each the wall-clock time it was written at
+//!   in nanoseconds since the Unix epoch (the streaming benchmark's event latency; needs
+//!   `precise_clocks` to mean anything)
 //! - `/probe/stream-misuse`: calls the streaming imports out of order and answers, as a
 //!   streamed body, what each returned
 
@@ -300,6 +305,48 @@ fn stream_forever(req: &Request) -> Result<Outcome, Response> {
     }
 }
 
+/// `/probe/alphabet`.
+fn alphabet(req: &Request) -> Result<Outcome, Response> {
+    const PIECE: usize = 64 * 1024;
+    let total: u64 = query(req, "bytes", None)?;
+    // Any piece is a window of this, starting at the body's offset modulo 26.
+    let pattern: Vec<u8> = (0..PIECE + 26).map(|i| b'a' + (i % 26) as u8).collect();
+    let Ok(mut body) = req.stream(Response::new(200)) else {
+        return Ok(Outcome::Done);
+    };
+    let mut at = 0u64;
+    while at < total {
+        let n = (total - at).min(PIECE as u64) as usize;
+        let offset = (at % 26) as usize;
+        if body.write(&pattern[offset..offset + n]).is_err() {
+            return Ok(Outcome::Done);
+        }
+        at += n as u64;
+    }
+    let _ = body.finish();
+    Ok(Outcome::Done)
+}
+
+/// `/probe/ticks`.
+fn ticks(req: &Request) -> Result<Outcome, Response> {
+    let n: u32 = query(req, "n", None)?;
+    let ms: u64 = query(req, "ms", Some(0))?;
+    let Ok(mut body) = req.stream(Response::new(200)) else {
+        return Ok(Outcome::Done);
+    };
+    for _ in 0..n {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        if body.write(format!("{now}\n")).is_err() {
+            return Ok(Outcome::Done);
+        }
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    Ok(Outcome::Done)
+}
+
 /// `/probe/stream-misuse`.
 fn stream_misuse(req: &Request) -> Outcome {
     use ankh_guest::bindings::ankh::plugin::http as raw;
@@ -354,6 +401,8 @@ fn router() -> Router {
         .get("/stream", counted(stream))
         .get("/stream-forever", counted(stream_forever))
         .get("/stream-misuse", counted(stream_misuse))
+        .get("/alphabet", counted(alphabet))
+        .get("/ticks", counted(ticks))
         .get("/fetch", counted(fetch))
 }
 
