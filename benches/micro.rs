@@ -213,6 +213,7 @@ fn plugin(c: &mut Criterion) {
         head,
         mount: "/bench".into(),
         body: Vec::new(),
+        inflow: None,
         remote: "127.0.0.1:50000".parse().unwrap(),
     };
     let origin = Origin {

@@ -86,6 +86,7 @@ fn request(path: &str, mount: &str) -> Incoming {
         head,
         mount: mount.into(),
         body: Vec::new(),
+        inflow: None,
         remote: "127.0.0.1:1".parse().unwrap(),
     }
 }

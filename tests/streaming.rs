@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Options, plugins, read_chunked, read_response};
+use crate::harness::{Options, plugins, read_chunked, read_response, read_to_close};
 use crate::metrics::{admin_addr, scrape, value};
 use crate::upstream::{Mode, Upstream};
 
@@ -748,4 +748,98 @@ fn an_own_world_producer_cannot_outrun_a_stalled_client() {
     // the stream's access line is written.
     drop(c);
     s.wait_for_log("GET /probe/stream-forever");
+}
+
+// Request bodies reach a wasi:http component as they arrive (`httpecho`'s `/drip` answers a
+// line per read, streamed, then the request's trailers).
+
+/// The component reads the first piece of a chunked body, and answers it, before the client
+/// has sent the rest; the trailers reach it; the connection then serves the next request.
+#[test]
+fn a_request_body_reaches_a_component_as_it_arrives() {
+    let s = Options::default().plugin(plugins::HTTPECHO).start();
+    let mut c = s.connect();
+    c.write_all(
+        b"POST /httpecho/drip HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+    )
+    .unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let (status, _) = read_head(&mut r);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    // Only the first piece was sent: the component read it and said so.
+    assert_eq!(read_chunk(&mut r).unwrap(), b"read 5\n");
+    c.write_all(b"3\r\nabc\r\n0\r\nx-sum: 8\r\n\r\n").unwrap();
+    let (rest, _) = read_chunked(&mut r);
+    assert_eq!(
+        String::from_utf8_lossy(&rest),
+        "read 3\ntrailer x-sum: 8\nend\n"
+    );
+    // Pipelined behind a body of known length: the next request is read after it.
+    c.write_all(
+        b"POST /httpecho/drip HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nabcdGET /httpecho/ HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(read_response(&mut r, false).text(), "read 4\nend\n");
+    assert_eq!(
+        read_response(&mut r, false).text(),
+        "hello from wasi:http\n"
+    );
+}
+
+/// A chunked body that passes the plugin's limit after its request was handed out: the
+/// component's next read fails, its answer is sent, and the connection closes (what follows
+/// cannot be framed). A declared length over the limit is still refused at the head.
+#[test]
+fn a_request_body_past_the_limit_fails_the_components_read() {
+    let s = Options::default()
+        .plugin(plugins::HTTPECHO)
+        .file("httpecho.toml", b"[limits]\nmax_body_bytes = 100\n")
+        .start();
+    let mut c = s.connect();
+    let mut request =
+        b"POST /httpecho/drip HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n50\r\n"
+            .to_vec();
+    request.extend_from_slice(&[b'a'; 80]);
+    request.extend_from_slice(b"\r\n50\r\n");
+    request.extend_from_slice(&[b'b'; 80]);
+    request.extend_from_slice(b"\r\n0\r\n\r\n");
+    c.write_all(&request).unwrap();
+    let answer = String::from_utf8_lossy(&read_to_close(&mut c)).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("read 80\nerror: "), "{answer}");
+    assert!(!answer.contains("end\n"), "{answer}");
+
+    let refused = s.raw(
+        b"POST /httpecho/drip HTTP/1.1\r\nHost: x\r\nContent-Length: 160\r\nConnection: close\r\n\r\n",
+    );
+    assert!(refused.starts_with("HTTP/1.1 413"), "{refused}");
+}
+
+/// A client that leaves in the middle of its body: the component's read fails, its call
+/// ends, and the server serves on.
+#[test]
+fn a_client_that_leaves_mid_body_ends_the_components_call() {
+    let s = Options::default()
+        .plugin(plugins::HTTPECHO)
+        .flag("--admin", "127.0.0.1:0")
+        .start();
+    let mut c = s.connect();
+    c.write_all(
+        b"POST /httpecho/drip HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n0123456789",
+    )
+    .unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let (status, _) = read_head(&mut r);
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert_eq!(read_chunk(&mut r).unwrap(), b"read 10\n");
+    drop(r);
+    drop(c);
+    s.wait_for_log("POST /httpecho/drip");
+    let open = value(
+        &scrape(admin_addr(&s)),
+        "ankh_plugin_calls_in_flight",
+        &[("plugin", "httpecho")],
+    );
+    assert_eq!(open, 0.0);
+    assert_eq!(s.get("/httpecho/").0, 200);
 }

@@ -923,6 +923,50 @@ fn streams_arrive_as_under_wasmtime_serve() {
     }
 }
 
+/// A request body reaches the component as it arrives, under ankh as under `wasmtime serve`:
+/// `httpecho`'s `/drip` answers the first piece of a chunked body before the client has
+/// sent the rest, and then the rest and the request's trailers, the same bytes under both.
+#[test]
+fn request_bodies_arrive_as_under_wasmtime_serve() {
+    let Some(wasmtime) = wasmtime_49() else {
+        return;
+    };
+    let ankh = Options::default().plugin(plugins::HTTPECHO).start();
+    let serve = WasmtimeServe::start(&wasmtime, Path::new(plugins::HTTPECHO));
+    let run = |addr: SocketAddr, target: &str| {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(PATIENCE)).unwrap();
+        c.write_all(
+            format!(
+                "POST {target} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        let mut r = BufReader::new(c.try_clone().unwrap());
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        assert!(line.starts_with("HTTP/1.1 200"), "{target}: {line}");
+        while line != "\r\n" {
+            line.clear();
+            r.read_line(&mut line).unwrap();
+        }
+        // The first piece was read and answered before the rest was sent.
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        let mut first = vec![0u8; usize::from_str_radix(line.trim_end(), 16).unwrap() + 2];
+        r.read_exact(&mut first).unwrap();
+        assert_eq!(first, b"read 5\n\r\n", "{target}");
+        c.write_all(b"3\r\nabc\r\n0\r\nx-sum: 8\r\n\r\n").unwrap();
+        let (rest, _) = crate::harness::read_chunked(&mut r);
+        String::from_utf8(rest).unwrap()
+    };
+    let under_ankh = run(ankh.addr, "/httpecho/drip");
+    let under_serve = run(serve.addr, "/drip");
+    assert_eq!(under_ankh, "read 3\ntrailer x-sum: 8\nend\n");
+    assert_eq!(under_ankh, under_serve);
+}
+
 /// Sends `GET target` to `addr`, reads the head and the first chunk (which must be `first`),
 /// only then answers the component's call to `gate`, and returns the rest of the body.
 fn gated_stream(

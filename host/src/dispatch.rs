@@ -115,6 +115,7 @@ impl Dispatcher {
             head,
             mount,
             body,
+            inflow,
             peer: remote,
             cancel,
         } = request;
@@ -146,6 +147,7 @@ impl Dispatcher {
                 head,
                 mount: mount.prefix,
                 body,
+                inflow,
                 remote,
             },
             received: std::time::Instant::now(),
@@ -171,7 +173,12 @@ impl Router for Dispatcher {
         let max_body = mount
             .as_ref()
             .map(|m| m.plugin.policy.limits.max_body_bytes);
-        Route { mount, max_body }
+        let streams_body = mount.as_ref().is_some_and(|m| m.plugin.is_proxy());
+        Route {
+            mount,
+            max_body,
+            streams_body,
+        }
     }
 }
 

@@ -339,6 +339,111 @@ impl Flow {
     }
 }
 
+/// A request body on its way from a connection to a call that reads it as it arrives (a
+/// wasi:http component's `incoming-body`): the event loop decodes the body and puts each piece
+/// in; the call takes the pieces out, waiting (suspended) while none is there.
+///
+/// Nothing here bounds the pieces: the loop stops taking a body at its plugin's
+/// `max_body_bytes`, so an inflow holds at most what a buffered request would.
+#[derive(Debug, Clone, Default)]
+pub struct Inflow(Arc<InflowInner>);
+
+#[derive(Debug, Default)]
+struct InflowInner {
+    state: Mutex<InflowState>,
+    /// The reader, while it waits for a piece or the end.
+    waker: Mutex<Option<Waker>>,
+}
+
+#[derive(Debug, Default)]
+struct InflowState {
+    pieces: std::collections::VecDeque<Vec<u8>>,
+    end: Option<InflowEnd>,
+    /// The reader is gone: later pieces are dropped.
+    abandoned: bool,
+}
+
+/// How a body ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InflowEnd {
+    /// Whole, with its trailer fields (none unless it was chunked and had some).
+    Complete(Vec<(String, Vec<u8>)>),
+    /// Past the plugin's body limit of this many bytes: the rest was refused.
+    TooLarge(u64),
+    /// The client left, or broke the framing, before the end.
+    Cut,
+}
+
+/// What the reader takes next.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Inflowing {
+    Piece(Vec<u8>),
+    End(InflowEnd),
+}
+
+impl Inflow {
+    /// The loop: the next piece of the body.
+    pub fn push(&self, piece: Vec<u8>) {
+        if piece.is_empty() {
+            return;
+        }
+        {
+            let mut state = self.0.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if state.abandoned || state.end.is_some() {
+                return;
+            }
+            state.pieces.push_back(piece);
+        }
+        wake_parked(&self.0.waker);
+    }
+
+    /// The loop: the body ended (a second end is ignored).
+    pub fn end(&self, end: InflowEnd) {
+        {
+            let mut state = self.0.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if state.end.is_some() {
+                return;
+            }
+            state.end = Some(end);
+        }
+        wake_parked(&self.0.waker);
+    }
+
+    /// Whether the body has ended, as far as the loop is concerned.
+    pub fn has_ended(&self) -> bool {
+        let state = self.0.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.end.is_some()
+    }
+
+    /// The reader: the next piece, or the end once every piece was taken; pending (and woken
+    /// by the loop) while neither is there.
+    pub fn poll_next(&self, cx: &mut Context<'_>) -> Poll<Inflowing> {
+        let take = || {
+            let mut state = self.0.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(piece) = state.pieces.pop_front() {
+                return Some(Inflowing::Piece(piece));
+            }
+            state.end.clone().map(Inflowing::End)
+        };
+        if let Some(next) = take() {
+            return Poll::Ready(next);
+        }
+        park(&self.0.waker, cx);
+        // A piece that came between the look and the parking.
+        match take() {
+            Some(next) => Poll::Ready(next),
+            None => Poll::Pending,
+        }
+    }
+
+    /// The reader is gone: what is left of the body is dropped as it comes.
+    pub fn abandon(&self) {
+        let mut state = self.0.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.abandoned = true;
+        state.pieces.clear();
+    }
+}
+
 /// Keeps the waker of the task that waits on `slot` (one waiter at a time: the call).
 fn park(slot: &Mutex<Option<Waker>>, cx: &Context<'_>) {
     *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());

@@ -26,7 +26,7 @@ use super::input::Input;
 use super::io::Step as Io;
 use super::outbuf::OutBuf;
 use crate::limits::Limits;
-use crate::message::{Cancel, ConnId, Flow};
+use crate::message::{Cancel, ConnId, Flow, Inflow};
 use crate::net::Immediate;
 use crate::proto::Version;
 use crate::proto::body::BodyDecoder;
@@ -39,6 +39,10 @@ pub struct Route {
     pub mount: Option<Mount>,
     /// The mounted plugin's body limit (at most the server's); `None`: the server's.
     pub max_body: Option<u64>,
+    /// The mounted plugin reads its request bodies as they arrive (a wasi:http component):
+    /// a request with a body is handed out at its head, and the body follows through an
+    /// [`Inflow`].
+    pub streams_body: bool,
 }
 
 /// Finds the plugin for a path (the dispatcher, in the server).
@@ -54,6 +58,8 @@ pub struct Dispatch {
     pub head: RequestHead,
     pub mount: Option<Mount>,
     pub body: Vec<u8>,
+    /// The body, arriving, when the request was handed out at its head.
+    pub inflow: Option<Inflow>,
     pub peer: SocketAddr,
     /// Fired by the connection if its client leaves: the call ends at once.
     pub cancel: Cancel,
@@ -123,6 +129,21 @@ pub(crate) struct Upgraded<S> {
     pub out: OutBuf,
 }
 
+/// A request body still arriving after its request was handed out (see
+/// [`Route::streams_body`]): decoded into the call's [`Inflow`] as it comes, before anything
+/// after it is parsed.
+#[derive(Debug)]
+struct Feed {
+    decoder: BodyDecoder,
+    inflow: Inflow,
+    /// The plugin's body limit, for the reader's error when the body passes it.
+    max_body: u64,
+    /// Body bytes decoded so far.
+    received: u64,
+    /// `received` at the last timer tick that saw it grow, and when.
+    progress: Option<(u64, Instant)>,
+}
+
 /// One HTTP/1.1 connection.
 pub struct HttpConn<S> {
     pub id: ConnId,
@@ -150,6 +171,12 @@ pub struct HttpConn<S> {
     request_since: Option<Instant>,
     /// While a body is read: its bytes at the last timer tick that saw them grow, and when.
     body_progress: Option<(usize, Instant)>,
+    /// The body of the request in flight, while it still arrives (boxed: most connections
+    /// never have one).
+    feed: Option<Box<Feed>>,
+    /// A body broke its framing or its limit after its request was handed out: the
+    /// connection closes after the answer.
+    close_after: bool,
 }
 
 impl<S: Transport> HttpConn<S> {
@@ -170,6 +197,8 @@ impl<S: Transport> HttpConn<S> {
             idle_since: Some(now),
             request_since: None,
             body_progress: None,
+            feed: None,
+            close_after: false,
         }
     }
 
@@ -184,6 +213,7 @@ impl<S: Transport> HttpConn<S> {
         if let State::Streaming { flow, .. } = &self.state {
             flow.close();
         }
+        self.cut_feed();
         if let Some(cancel) = self.in_flight.take() {
             cancel.cancel();
         }
@@ -198,6 +228,10 @@ impl<S: Transport> HttpConn<S> {
     /// The request handed out could not be queued: answer as the dispatcher says.
     pub fn refused(&mut self, immediate: &Immediate, ctx: &HttpCtx<'_>) -> Step {
         self.in_flight = None;
+        if let Some(feed) = &self.feed {
+            // Nobody will read the body: it is drained as it comes, and dropped.
+            feed.inflow.abandon();
+        }
         if let Some((version, head, keep_alive)) = self.answering.take() {
             self.answer(immediate, version, head, keep_alive);
         }
@@ -237,12 +271,22 @@ impl<S: Transport> HttpConn<S> {
     fn answered(&mut self, last: Vec<u8>, close: bool, ctx: &HttpCtx<'_>) -> Step {
         self.out.push_owned(last);
         self.finish_exchange();
-        self.state = if close || ctx.draining {
+        self.state = if close || ctx.draining || self.close_after {
+            // A body still arriving is not read to its end.
+            self.cut_feed();
             State::Closing
         } else {
+            // A body still arriving is read to its end (and dropped) before the next request.
             State::Head
         };
         self.advance(ctx)
+    }
+
+    /// The body still arriving will not arrive whole: its reader learns so.
+    pub(super) fn cut_feed(&mut self) {
+        if let Some(feed) = self.feed.take() {
+            feed.inflow.end(crate::message::InflowEnd::Cut);
+        }
     }
 
     /// The head of a streamed response to request `seq`: it goes out now, and the pieces of
@@ -408,7 +452,15 @@ impl<S: Transport> HttpConn<S> {
                 }
                 State::Head | State::Body { .. } if self.input.eof => {
                     // The client closed mid-request, or between requests.
+                    self.cut_feed();
                     return Liveness::Closed;
+                }
+                State::Waiting | State::Streaming { .. } if self.feed.is_some() => {
+                    if self.input.eof {
+                        // The client left in the middle of the body the call reads.
+                        self.cut_feed();
+                        return Liveness::Closed;
+                    }
                 }
                 State::Head | State::Body { .. } | State::Lingering { .. } => {}
                 State::Waiting | State::Streaming { .. } => return self.check_client(),

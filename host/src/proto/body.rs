@@ -27,6 +27,8 @@ pub enum BodyDecoder {
         state: Chunked,
         total: u64,
         max: u64,
+        /// The trailer fields read so far, name and value (trimmed).
+        trailers: Vec<(String, Vec<u8>)>,
     },
 }
 
@@ -57,6 +59,15 @@ impl BodyDecoder {
             state: Chunked::Size,
             total: 0,
             max,
+            trailers: Vec::new(),
+        }
+    }
+
+    /// The trailer fields of a chunked body that is done (none for any other).
+    pub fn take_trailers(&mut self) -> Vec<(String, Vec<u8>)> {
+        match self {
+            BodyDecoder::Chunked { trailers, .. } => std::mem::take(trailers),
+            BodyDecoder::Length { .. } => Vec::new(),
         }
     }
 
@@ -74,9 +85,12 @@ impl BodyDecoder {
                     done: *remaining == 0,
                 })
             }
-            BodyDecoder::Chunked { state, total, max } => {
-                decode_chunked(state, total, *max, input, body)
-            }
+            BodyDecoder::Chunked {
+                state,
+                total,
+                max,
+                trailers,
+            } => decode_chunked(state, total, *max, input, body, trailers),
         }
     }
 }
@@ -87,6 +101,7 @@ fn decode_chunked(
     max: u64,
     input: &[u8],
     body: &mut Vec<u8>,
+    trailers: &mut Vec<(String, Vec<u8>)>,
 ) -> Result<Progress, ProtoError> {
     let mut pos = 0;
     loop {
@@ -165,6 +180,16 @@ fn decode_chunked(
                 } else if !valid_trailer(line) {
                     return Err(ProtoError::BadRequest("invalid trailer field"));
                 } else {
+                    if let Some((name, value)) = line
+                        .iter()
+                        .position(|&b| b == b':')
+                        .map(|colon| line.split_at(colon))
+                    {
+                        trailers.push((
+                            String::from_utf8_lossy(name).into_owned(),
+                            value[1..].trim_ascii().to_vec(),
+                        ));
+                    }
                     *state = Chunked::Trailers(seen);
                 }
             }
@@ -243,6 +268,22 @@ mod tests {
         let (body, used) = decode_all(raw, 1 << 20).unwrap();
         assert_eq!(body, b"hello world!");
         assert_eq!(&raw[used..], b"NEXT");
+    }
+
+    #[test]
+    fn trailer_fields_are_kept() {
+        let raw = b"2\r\nhi\r\n0\r\nX-T: 1 \r\nx-sum:abc\r\n\r\n";
+        let mut d = BodyDecoder::chunked(1 << 20);
+        let mut body = Vec::new();
+        assert!(d.decode(raw, &mut body).unwrap().done);
+        assert_eq!(
+            d.take_trailers(),
+            [
+                ("X-T".to_owned(), b"1".to_vec()),
+                ("x-sum".to_owned(), b"abc".to_vec())
+            ]
+        );
+        assert!(BodyDecoder::length(3).take_trailers().is_empty());
     }
 
     #[test]

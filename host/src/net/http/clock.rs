@@ -26,6 +26,23 @@ impl<S: Transport> HttpConn<S> {
             tracing::debug!(conn = ?self.id, peer = %self.peer, "send timeout");
             return closed;
         }
+        if let Some(feed) = self.feed.as_mut() {
+            // A body read by the call as it arrives: bounded by the pause between its bytes
+            // (the call itself by its own deadlines).
+            let progress = feed.progress.get_or_insert((feed.received, now));
+            if progress.0 != feed.received {
+                *progress = (feed.received, now);
+            }
+            if now.saturating_duration_since(progress.1) >= limits.body_idle_timeout {
+                tracing::debug!(conn = ?self.id, peer = %self.peer, received = feed.received, "request body idle timeout");
+                self.cut_feed();
+                return closed;
+            }
+            if matches!(self.state, State::Head) {
+                // Answered already: the rest of the body is only drained.
+                return self.stay();
+            }
+        }
         match self.state {
             State::Lingering {
                 since, last_read, ..

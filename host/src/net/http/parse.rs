@@ -3,9 +3,9 @@
 
 use std::time::Instant;
 
-use super::{Dispatch, HttpConn, HttpCtx, State, Transport};
+use super::{Dispatch, Feed, HttpConn, HttpCtx, State, Transport};
 use crate::limits::LINGER_MAX_BYTES;
-use crate::message::Cancel;
+use crate::message::{Cancel, Inflow, InflowEnd};
 use crate::net::Immediate;
 use crate::proto::body::BodyDecoder;
 use crate::proto::request::{self, Framing, RequestHead};
@@ -16,6 +16,11 @@ use crate::runtime::engine::registry::Mount;
 impl<S: Transport> HttpConn<S> {
     /// One step of protocol work on buffered input. Returns whether anything changed.
     pub(super) fn process(&mut self, ctx: &HttpCtx<'_>) -> Result<bool, ProtoError> {
+        if self.feed.is_some() && !matches!(self.state, State::Closing | State::Lingering { .. }) {
+            // A body still arriving for the request in flight (or just answered) comes first:
+            // nothing after it is parsed before it ends.
+            return Ok(self.feed_body());
+        }
         match &mut self.state {
             State::Waiting | State::Streaming { .. } | State::Closing => Ok(false),
             State::Lingering {
@@ -67,7 +72,7 @@ impl<S: Transport> HttpConn<S> {
                     head.expect_continue && self.input.buf.is_empty() && !ctx.draining;
                 let decoder = match head.framing {
                     Framing::Empty => {
-                        self.dispatch(head, route.mount, Vec::new(), ctx);
+                        self.dispatch(head, route.mount, Vec::new(), None, ctx);
                         return Ok(true);
                     }
                     Framing::Length(n) => BodyDecoder::length(n),
@@ -75,6 +80,20 @@ impl<S: Transport> HttpConn<S> {
                 };
                 if continue_now {
                     self.out.push(response::CONTINUE);
+                }
+                if route.streams_body && !ctx.draining {
+                    // The plugin reads the body as it arrives: the request goes now, and
+                    // the body follows it.
+                    let inflow = Inflow::default();
+                    self.feed = Some(Box::new(Feed {
+                        decoder,
+                        inflow: inflow.clone(),
+                        max_body,
+                        received: 0,
+                        progress: None,
+                    }));
+                    self.dispatch(head, route.mount, Vec::new(), Some(inflow), ctx);
+                    return Ok(true);
                 }
                 let capacity = match head.framing {
                     Framing::Length(n) => usize::try_from(n).unwrap_or(usize::MAX).min(1 << 20),
@@ -99,7 +118,7 @@ impl<S: Transport> HttpConn<S> {
                         head, route, body, ..
                     } = std::mem::replace(&mut self.state, State::Waiting)
                 {
-                    self.dispatch(head, route.mount, body, ctx);
+                    self.dispatch(head, route.mount, body, None, ctx);
                 }
                 Ok(progress.consumed > 0 || progress.done)
             }
@@ -113,6 +132,7 @@ impl<S: Transport> HttpConn<S> {
         head: RequestHead,
         mount: Option<Mount>,
         body: Vec<u8>,
+        inflow: Option<Inflow>,
         ctx: &HttpCtx<'_>,
     ) {
         let (version, is_head, keep_alive) = (head.version, head.is_head(), head.keep_alive);
@@ -134,8 +154,51 @@ impl<S: Transport> HttpConn<S> {
             head,
             mount,
             body,
+            inflow,
             peer: self.peer,
             cancel,
         });
+    }
+
+    /// Decodes what is buffered of the body in flight into its inflow. Returns whether
+    /// anything changed. A body that breaks its framing or the plugin's limit ends its
+    /// inflow with the reason, and the connection closes after the answer: what follows
+    /// cannot be told apart from the body.
+    fn feed_body(&mut self) -> bool {
+        let Some(feed) = self.feed.as_mut() else {
+            return false;
+        };
+        if self.input.buf.is_empty() {
+            return false;
+        }
+        let mut piece = Vec::new();
+        match feed.decoder.decode(&self.input.buf, &mut piece) {
+            Ok(progress) => {
+                self.input.buf.drain(..progress.consumed);
+                feed.received += piece.len() as u64;
+                feed.inflow.push(piece);
+                if progress.done {
+                    let trailers = feed.decoder.take_trailers();
+                    feed.inflow.end(InflowEnd::Complete(trailers));
+                    self.feed = None;
+                }
+                progress.consumed > 0 || progress.done
+            }
+            Err(e) => {
+                feed.inflow.push(piece);
+                feed.inflow.end(match e {
+                    ProtoError::BodyTooLarge => InflowEnd::TooLarge(feed.max_body),
+                    _ => InflowEnd::Cut,
+                });
+                tracing::debug!(conn = ?self.id, peer = %self.peer, "request body refused mid-stream: {e}");
+                self.feed = None;
+                self.input.buf.clear();
+                self.close_after = true;
+                if matches!(self.state, State::Head) {
+                    self.state = State::Closing;
+                }
+                true
+            }
+        }
     }
 }

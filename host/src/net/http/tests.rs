@@ -61,6 +61,7 @@ impl Router for Nowhere {
         Route {
             mount: None,
             max_body: Some(self.0),
+            streams_body: false,
         }
     }
 }

@@ -21,6 +21,9 @@ pub struct Incoming {
     pub mount: Arc<str>,
     /// Moved into the guest by the call that takes it: empty afterwards.
     pub body: Vec<u8>,
+    /// Instead of `body`, the body as it arrives, for a plugin that reads it so (a wasi:http
+    /// component; see [`crate::net::http::Route::streams_body`]).
+    pub inflow: Option<crate::message::Inflow>,
     pub remote: SocketAddr,
 }
 
@@ -76,6 +79,7 @@ pub(crate) mod tests {
             head,
             mount: "/m".into(),
             body: body.to_vec(),
+            inflow: None,
             remote: "10.0.0.7:4242".parse().unwrap(),
         }
     }

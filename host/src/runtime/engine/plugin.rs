@@ -288,6 +288,12 @@ impl Plugin {
         self.pre.world()
     }
 
+    /// Whether it is a `wasi:http/proxy` component (which reads its request body as it
+    /// arrives).
+    pub fn is_proxy(&self) -> bool {
+        self.pre.is_proxy()
+    }
+
     /// Takes one of the plugin's call slots (`limits.max_concurrency`: its share of the
     /// server's), for a request or a WebSocket event; `None` when all are in use.
     pub(crate) fn try_enter(&self) -> Option<InFlight> {

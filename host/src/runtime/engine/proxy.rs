@@ -1,8 +1,10 @@
 //! Serving a `wasi:http/proxy` component (what `wasmtime serve`, Spin and wasmCloud run) from
 //! ankh's buffered request, with no HTTP server of wasi-http's own.
 //!
-//! The request becomes an `incoming-request` (its body already complete, its path the part
-//! below the plugin's mount: `/NAME/x` arrives as `/x`), and the response comes back through
+//! The request becomes an `incoming-request` (its path the part below the plugin's mount:
+//! `/NAME/x` arrives as `/x`; its body as it arrives, through an [`Inflow`] the connection
+//! fills, with its trailers and with the plugin's body limit as a read error), and the
+//! response comes back through
 //! a `response-outparam`. A body the guest writes in one go is read whole and answered with
 //! its length, like any plugin's response (ankh's own framing, gzip and HEAD rules); a body
 //! that comes over time, or is large, or ends with trailers, is streamed: its head leaves
@@ -26,6 +28,7 @@ use std::pin::{Pin, pin};
 use std::task::Poll;
 
 use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use wasmtime::Store;
 use wasmtime_wasi_http::WasiHttpView;
@@ -33,6 +36,7 @@ use wasmtime_wasi_http::p2::bindings::Proxy;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 
+use crate::message::{Inflow, InflowEnd, Inflowing};
 use crate::runtime::bindings::types;
 use crate::runtime::sandbox::store::HostState;
 
@@ -58,8 +62,9 @@ pub(crate) async fn handle(
     store: &mut Store<HostState>,
     proxy: &Proxy,
     request: &types::Request,
+    inflow: Option<Inflow>,
 ) -> wasmtime::Result<types::Outcome> {
-    let incoming = match to_http(request) {
+    let incoming = match to_http(request, inflow) {
         Ok(incoming) => incoming,
         Err(why) => return Ok(types::Outcome::Respond(refusal(400, &why))),
     };
@@ -72,7 +77,7 @@ pub(crate) async fn handle(
 async fn serve(
     store: &mut Store<HostState>,
     proxy: &Proxy,
-    incoming: http::Request<Full<Bytes>>,
+    incoming: http::Request<RequestBody>,
     context: Option<&mut dyn crate::runtime::host::http::Respond>,
 ) -> wasmtime::Result<types::Outcome> {
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -199,8 +204,70 @@ fn refusal(status: u16, why: &str) -> types::Response {
     }
 }
 
-/// The buffered request as wasi-http takes it; an error names what `http` refuses.
-fn to_http(request: &types::Request) -> Result<http::Request<Full<Bytes>>, String> {
+/// A request body as wasi-http takes it.
+type RequestBody = UnsyncBoxBody<Bytes, wasmtime_wasi_http::Error>;
+
+/// A request body read as it arrives (see [`Inflow`]).
+struct Arriving {
+    inflow: Inflow,
+    ended: bool,
+}
+
+impl http_body::Body for Arriving {
+    type Data = Bytes;
+    type Error = wasmtime_wasi_http::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        let next = std::task::ready!(self.inflow.poll_next(cx));
+        let end = match next {
+            Inflowing::Piece(piece) => {
+                return Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from(piece)))));
+            }
+            Inflowing::End(end) => end,
+        };
+        self.ended = true;
+        Poll::Ready(match end {
+            InflowEnd::Complete(trailers) if trailers.is_empty() => None,
+            InflowEnd::Complete(trailers) => {
+                // Trailer fields that `http` cannot carry are dropped, as a proxy would.
+                let mut map = http::HeaderMap::new();
+                for (name, value) in trailers {
+                    if let (Ok(name), Ok(value)) = (
+                        http::HeaderName::from_bytes(name.as_bytes()),
+                        http::HeaderValue::from_bytes(&value),
+                    ) {
+                        map.append(name, value);
+                    }
+                }
+                Some(Ok(http_body::Frame::trailers(map)))
+            }
+            InflowEnd::TooLarge(limit) => Some(Err(
+                wasmtime_wasi_http::Error::HttpRequestBodySize(Some(limit)),
+            )),
+            InflowEnd::Cut => Some(Err(wasmtime_wasi_http::Error::ConnectionTerminated)),
+        })
+    }
+}
+
+/// The component let go of its body: the rest is dropped as it arrives.
+impl Drop for Arriving {
+    fn drop(&mut self) {
+        self.inflow.abandon();
+    }
+}
+
+/// The request as wasi-http takes it, its body buffered or `inflow`; an error names what
+/// `http` refuses.
+fn to_http(
+    request: &types::Request,
+    inflow: Option<Inflow>,
+) -> Result<http::Request<RequestBody>, String> {
     let method = http::Method::from_bytes(request.method.as_bytes())
         .map_err(|_| format!("method {:?} is not valid for wasi:http", request.method))?;
     let host = request
@@ -257,8 +324,18 @@ fn to_http(request: &types::Request) -> Result<http::Request<Full<Bytes>>, Strin
             http::HeaderValue::from_static(SYNTHESIZED_AUTHORITY),
         );
     }
+    let body = match inflow {
+        Some(inflow) => Arriving {
+            inflow,
+            ended: false,
+        }
+        .boxed_unsync(),
+        None => Full::new(Bytes::from(request.body.clone()))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    };
     builder
-        .body(Full::new(Bytes::from(request.body.clone())))
+        .body(body)
         .map_err(|e| format!("the request is not valid for wasi:http: {e}"))
 }
 

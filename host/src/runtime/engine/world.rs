@@ -275,7 +275,10 @@ impl Exports {
                     .call_handle_request(&mut *store, &record)
                     .await
             }
-            Exports::Proxy(p) => crate::runtime::engine::proxy::handle(store, p, &record).await,
+            Exports::Proxy(p) => {
+                let inflow = request.inflow.take();
+                crate::runtime::engine::proxy::handle(store, p, &record, inflow).await
+            }
         };
         request.restore(record);
         outcome.map(Returned::Record)

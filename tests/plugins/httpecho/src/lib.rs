@@ -30,6 +30,9 @@
 //! - `/ticks?n=N&ms=M`: N lines, M ms apart, each the wall-clock time it was written at, in
 //!   nanoseconds since the epoch (a stream of events whose latency a client can measure;
 //!   give the plugin `precise_clocks` for full resolution)
+//! - `/drip`: reads the request body as it arrives and answers, streamed, `read N` for each
+//!   read (at most 64 KiB), then `trailer NAME: VALUE` for each request trailer and `end`;
+//!   or, when a read fails, `error: WHY` (the wasi:http error code) and the body ends
 //! - anything else: 404 `not found`
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -351,6 +354,44 @@ impl wasip2::exports::http::incoming_handler::Guest for Echo {
                     }
                 }
                 drop(input);
+                drop(output);
+                OutgoingBody::finish(outgoing, None).expect("the body ends");
+            }
+            "/drip" => {
+                let body = request.consume().expect("the body is consumed once");
+                let input = body.stream().expect("the stream is taken once");
+                let (outgoing, output) = start(out, &text());
+                let say = |line: String| output.blocking_write_and_flush(line.as_bytes()).is_ok();
+                loop {
+                    match input.blocking_read(64 * 1024) {
+                        Ok(chunk) => {
+                            if !say(format!("read {}\n", chunk.len())) {
+                                return;
+                            }
+                        }
+                        Err(wasip2::io::streams::StreamError::Closed) => break,
+                        Err(wasip2::io::streams::StreamError::LastOperationFailed(e)) => {
+                            let code = wasip2::http::types::http_error_code(&e);
+                            say(format!("error: {code:?}\n"));
+                            drop(input);
+                            drop(output);
+                            OutgoingBody::finish(outgoing, None).expect("the body ends");
+                            return;
+                        }
+                    }
+                }
+                drop(input);
+                let trailers = wasip2::http::types::IncomingBody::finish(body);
+                trailers.subscribe().block();
+                if let Some(Ok(Ok(Some(fields)))) = trailers.get() {
+                    for (name, value) in fields.entries() {
+                        say(format!(
+                            "trailer {name}: {}\n",
+                            String::from_utf8_lossy(&value)
+                        ));
+                    }
+                }
+                say("end\n".to_owned());
                 drop(output);
                 OutgoingBody::finish(outgoing, None).expect("the body ends");
             }
