@@ -1,7 +1,10 @@
 //! The HTTP connection state machine fed an arbitrary byte stream, split at arbitrary points,
 //! with timers firing at arbitrary moments and every request it hands out refused with 404
 //! (as the dispatcher would with no plugin): it never panics or loops, and everything it
-//! writes is a sequence of well-formed HTTP/1.1 responses. No pool, no runtime.
+//! writes is a sequence of well-formed HTTP/1.1 responses. No pool, no runtime. The first
+//! byte also chooses whether the route reads its bodies as they arrive (as a wasi:http
+//! component's does): then a request goes out at its head, and its body is drained after
+//! the refusal.
 #![no_main]
 
 use std::collections::VecDeque;
@@ -15,14 +18,15 @@ use ankh::net::conn::{Liveness, Transport};
 use ankh::net::http::{HttpConn, HttpCtx, Route, Router, Step};
 use libfuzzer_sys::fuzz_target;
 
-/// Every path routes nowhere.
-struct Nowhere;
+/// Every path routes nowhere; `.0`: as a plugin that reads its bodies as they arrive.
+struct Nowhere(bool);
 
 impl Router for Nowhere {
     fn route(&self, _path: &str) -> Route {
         Route {
             mount: None,
             max_body: None,
+            streams_body: self.0,
         }
     }
 }
@@ -102,9 +106,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let peer = "127.0.0.1:9".parse().unwrap();
     let mut conn = HttpConn::new(ConnId { shard: 0, slot: 0, serial: 1 }, io, peer, start);
+    let router = Nowhere(script.first().is_some_and(|b| b & 1 == 1));
     let ctx = HttpCtx {
         limits: &limits,
-        router: &Nowhere,
+        router: &router,
         draining: false,
     };
     let mut fed = 0;

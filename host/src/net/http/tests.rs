@@ -71,6 +71,33 @@ const STREAM_TIMES: crate::message::StreamTimes = crate::message::StreamTimes {
     total: Duration::from_secs(3600),
 };
 
+/// Routes every path to a plugin that reads its bodies as they arrive, with a body limit.
+struct Arriving(u64);
+
+impl Router for Arriving {
+    fn route(&self, _path: &str) -> Route {
+        Route {
+            mount: None,
+            max_body: Some(self.0),
+            streams_body: true,
+        }
+    }
+}
+
+/// What an inflow holds now: its pieces, joined, and its end if it came.
+fn drain_inflow(inflow: &Inflow) -> (Vec<u8>, Option<crate::message::InflowEnd>) {
+    use crate::message::Inflowing;
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut body = Vec::new();
+    loop {
+        match inflow.poll_next(&mut cx) {
+            std::task::Poll::Ready(Inflowing::Piece(piece)) => body.extend_from_slice(&piece),
+            std::task::Poll::Ready(Inflowing::End(end)) => return (body, Some(end)),
+            std::task::Poll::Pending => return (body, None),
+        }
+    }
+}
+
 fn conn() -> Box<HttpConn<Mem>> {
     Box::new(HttpConn::new(
         ConnId {
@@ -426,4 +453,102 @@ fn a_stream_is_ended_at_its_idle_and_total_limits() {
         Liveness::Closed
     );
     let _ = seq;
+}
+
+#[test]
+fn a_body_read_as_it_arrives_goes_out_with_its_head_and_follows_through_its_inflow() {
+    let (limits, router) = (Limits::default(), Arriving(1 << 20));
+    let ctx = HttpCtx {
+        limits: &limits,
+        router: &router,
+        draining: false,
+    };
+    let mut c = conn();
+    let head = b"POST /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel";
+    let d = feed(&mut c, head, &ctx)
+        .dispatch
+        .expect("handed out at its head");
+    assert!(d.body.is_empty());
+    let inflow = d.inflow.expect("the body follows");
+    assert_eq!(drain_inflow(&inflow), (b"hel".to_vec(), None));
+    // The rest, trailers, and a pipelined request that must wait for the answer.
+    let rest = b"lo\r\n0\r\nx-t: 1\r\n\r\nGET /b HTTP/1.1\r\nHost: h\r\n\r\n";
+    assert!(feed(&mut c, rest, &ctx).dispatch.is_none());
+    assert_eq!(
+        drain_inflow(&inflow),
+        (
+            b"lo".to_vec(),
+            Some(crate::message::InflowEnd::Complete(vec![(
+                "x-t".to_owned(),
+                b"1".to_vec()
+            )]))
+        )
+    );
+    let second = c
+        .on_reply(
+            d.seq,
+            b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n1".to_vec(),
+            false,
+            &ctx,
+        )
+        .dispatch
+        .expect("the next request");
+    assert_eq!(&*second.head.path, "/b");
+    assert!(second.inflow.is_none());
+}
+
+#[test]
+fn an_answer_before_the_body_ends_waits_for_it_before_the_next_request() {
+    let (limits, router) = (Limits::default(), Arriving(1 << 20));
+    let ctx = HttpCtx {
+        limits: &limits,
+        router: &router,
+        draining: false,
+    };
+    let mut c = conn();
+    let head = b"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n0123";
+    let d = feed(&mut c, head, &ctx).dispatch.unwrap();
+    let step = c.on_reply(
+        d.seq,
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec(),
+        false,
+        &ctx,
+    );
+    assert!(step.dispatch.is_none());
+    assert!(written(&mut c).ends_with("ok"));
+    // The rest of the body is drained, then the next request is read.
+    let next = feed(&mut c, b"456789GET /b HTTP/1.1\r\nHost: h\r\n\r\n", &ctx)
+        .dispatch
+        .expect("the next request, after the body");
+    assert_eq!(&*next.head.path, "/b");
+}
+
+#[test]
+fn a_body_past_the_limit_ends_its_inflow_and_the_connection_after_the_answer() {
+    let (limits, router) = (Limits::default(), Arriving(4));
+    let ctx = HttpCtx {
+        limits: &limits,
+        router: &router,
+        draining: false,
+    };
+    let mut c = conn();
+    let raw = b"POST /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\nGET /b HTTP/1.1\r\nHost: h\r\n\r\n";
+    let d = feed(&mut c, raw, &ctx).dispatch.unwrap();
+    assert_eq!(
+        drain_inflow(d.inflow.as_ref().unwrap()),
+        (
+            b"abc".to_vec(),
+            Some(crate::message::InflowEnd::TooLarge(4))
+        )
+    );
+    let step = c.on_reply(
+        d.seq,
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec(),
+        false,
+        &ctx,
+    );
+    // Answered, and then closed: what followed the body is never read as a request.
+    assert!(step.dispatch.is_none());
+    assert!(written(&mut c).ends_with("ok"));
+    assert!(matches!(c.state, State::Lingering { .. } | State::Closing));
 }
