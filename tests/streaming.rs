@@ -44,6 +44,18 @@ fn read_chunk(r: &mut impl BufRead) -> Option<Vec<u8>> {
     Some(data)
 }
 
+/// Answers the handler's call to `gate` (one request) with `body`, so that it goes on.
+fn open_gate(gate: &TcpListener, body: &str) {
+    let (mut held, _) = gate.accept().unwrap();
+    let mut request = [0u8; 1024];
+    let _ = held.read(&mut request).unwrap();
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    held.write_all(answer.as_bytes()).unwrap();
+}
+
 /// The first piece reaches the client while the handler still runs: the handler waits for a
 /// gate that the test opens only after it has read that piece.
 #[test]
@@ -75,12 +87,7 @@ fn the_first_piece_arrives_before_the_handler_ends() {
     );
     assert_eq!(read_chunk(&mut r).unwrap(), b"first\n");
     // Only now does the handler's outbound call get its answer.
-    let (mut held, _) = gate.accept().unwrap();
-    let mut request = [0u8; 1024];
-    let _ = held.read(&mut request).unwrap();
-    held.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\nopen")
-        .unwrap();
-    drop(held);
+    open_gate(&gate, "open");
     let (rest, _) = read_chunked(&mut r);
     assert_eq!(String::from_utf8_lossy(&rest), "second 200 open\n");
     // The connection stays open for the next request.
@@ -577,12 +584,7 @@ fn an_own_world_handler_sends_its_first_piece_before_it_ends() {
         "{headers:?}"
     );
     assert_eq!(read_chunk(&mut r).unwrap(), b"aaaaa");
-    let (mut held, _) = gate.accept().unwrap();
-    let mut request = [0u8; 1024];
-    let _ = held.read(&mut request).unwrap();
-    held.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-        .unwrap();
-    drop(held);
+    open_gate(&gate, "");
     let (rest, _) = read_chunked(&mut r);
     assert_eq!(rest, b"bbbbbccccc");
     s.wait_for_log("stream wrote 3");

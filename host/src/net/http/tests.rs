@@ -111,7 +111,7 @@ fn conn() -> Box<HttpConn<Mem>> {
     ))
 }
 
-fn ctx<'a>(limits: &'a Limits, router: &'a Nowhere) -> HttpCtx<'a> {
+fn ctx<'a>(limits: &'a Limits, router: &'a dyn Router) -> HttpCtx<'a> {
     HttpCtx {
         limits,
         router,
@@ -458,11 +458,7 @@ fn a_stream_is_ended_at_its_idle_and_total_limits() {
 #[test]
 fn a_body_read_as_it_arrives_goes_out_with_its_head_and_follows_through_its_inflow() {
     let (limits, router) = (Limits::default(), Arriving(1 << 20));
-    let ctx = HttpCtx {
-        limits: &limits,
-        router: &router,
-        draining: false,
-    };
+    let ctx = ctx(&limits, &router);
     let mut c = conn();
     let head = b"POST /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel";
     let d = feed(&mut c, head, &ctx)
@@ -500,11 +496,7 @@ fn a_body_read_as_it_arrives_goes_out_with_its_head_and_follows_through_its_infl
 #[test]
 fn an_answer_before_the_body_ends_waits_for_it_before_the_next_request() {
     let (limits, router) = (Limits::default(), Arriving(1 << 20));
-    let ctx = HttpCtx {
-        limits: &limits,
-        router: &router,
-        draining: false,
-    };
+    let ctx = ctx(&limits, &router);
     let mut c = conn();
     let head = b"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n0123";
     let d = feed(&mut c, head, &ctx).dispatch.unwrap();
@@ -526,11 +518,7 @@ fn an_answer_before_the_body_ends_waits_for_it_before_the_next_request() {
 #[test]
 fn a_body_past_the_limit_ends_its_inflow_and_the_connection_after_the_answer() {
     let (limits, router) = (Limits::default(), Arriving(4));
-    let ctx = HttpCtx {
-        limits: &limits,
-        router: &router,
-        draining: false,
-    };
+    let ctx = ctx(&limits, &router);
     let mut c = conn();
     let raw = b"POST /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\nGET /b HTTP/1.1\r\nHost: h\r\n\r\n";
     let d = feed(&mut c, raw, &ctx).dispatch.unwrap();
