@@ -16,5 +16,7 @@ mod browser;
 mod python;
 // Standard wasi:http/proxy components from four toolchains, against wasmtime serve.
 mod wasi_http;
+// WASI 0.3 components (wasi:http/service) from Rust toolchains, against wasmtime serve 49.
+mod wasi_p3;
 // Real clients nobody here wrote (Node, Python), where they tripped.
 mod clients;

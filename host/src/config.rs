@@ -98,6 +98,8 @@ pub struct ServeConfig {
     pub limits: Limits,
     /// Use wasmtime's pooling instance allocator.
     pub pooling: bool,
+    /// Serve WASI 0.3 components.
+    pub wasi_p3: bool,
     /// Watch the plugins directory and hot-reload what changes.
     pub watch: bool,
     /// Keep compiled plugins in `cache_dir`.
@@ -153,6 +155,7 @@ impl ServeConfig {
             io_threads: 0,
             limits: Limits::default(),
             pooling: false,
+            wasi_p3: false,
             watch: false,
             cache: false,
             cache_dir: None,
@@ -447,6 +450,15 @@ static SERVER: &[Setting<ServeConfig>] = &[
         default: || Value::Bool(true),
         apply: |c, v| set(&mut c.pooling, v.bool()),
         read: |c| Value::Bool(c.pooling),
+    },
+    Setting {
+        key: "wasi_p3",
+        flag: Flag::Off("no-wasi-p3"),
+        kind: Kind::Switch,
+        doc: "Refuse WASI 0.3 components (wasi:http/handler@0.3), whose support wasmtime marks experimental; on by default, as in wasmtime serve",
+        default: || Value::Bool(true),
+        apply: |c, v| set(&mut c.wasi_p3, v.bool()),
+        read: |c| Value::Bool(c.wasi_p3),
     },
     Setting {
         key: "watch",

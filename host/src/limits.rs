@@ -115,6 +115,15 @@ pub const INSTANCE_RECYCLE_GROWTH_BYTES: usize = 8 * 1024 * 1024;
 /// third of the CPU making and unmapping instances).
 pub const INSTANCES_IDLE_PER_PLUGIN: usize = 1024;
 
+/// Requests one instance of a WASI 0.3 component serves at once (`instances.concurrent`), as
+/// `wasmtime serve` and Spin do by default.
+pub const P3_CONCURRENT_REQUESTS: usize = 16;
+
+/// Requests one instance of a WASI 0.3 component serves in all before it goes, unless its
+/// policy sets `instances.recycle_after` (`instances.mode = "fresh"`: one), as `wasmtime
+/// serve` and Spin do by default.
+pub const P3_REUSE_REQUESTS: usize = 128;
+
 /// Instance slots the pooling allocator lets wait before it gives their memory back to the
 /// system in one batch. Batching saves a system call and a TLB flush per slot: with a fresh
 /// wasi:http instance per request, 64 gave 19% more requests than 1 (about 7,800 against

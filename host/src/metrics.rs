@@ -101,6 +101,9 @@ pub struct PluginMetrics {
     /// Instances replaced because their memory grew past `recycle_growth_mib`.
     pub memory_recycles: AtomicU64,
     pub live_instances: AtomicI64,
+    /// Instances made since start (for a request, an event, or a WASI 0.3 component's
+    /// requests).
+    pub instances_created: AtomicU64,
     /// Outbound HTTP requests by origin (`scheme://host:port`; at most
     /// [`OUTBOUND_ORIGINS_COUNTED`](crate::limits::OUTBOUND_ORIGINS_COUNTED), then `other`).
     outbound: Mutex<BTreeMap<String, OriginStats>>,
@@ -394,7 +397,7 @@ impl Metrics {
                 "ankh_plugin_request_duration_seconds_count{{plugin=\"{plugin}\"}} {count}"
             );
         }
-        let per_plugin: [Family; 15] = [
+        let per_plugin: [Family; 16] = [
             (
                 "ankh_plugin_traps_total",
                 "Calls that trapped.",
@@ -438,6 +441,12 @@ impl Metrics {
             ("ankh_plugin_instances", "Live instances.", "gauge", |m| {
                 m.live_instances.load(Ordering::Relaxed).to_string()
             }),
+            (
+                "ankh_plugin_instances_created_total",
+                "Instances made since start.",
+                "counter",
+                |m| m.instances_created.load(Ordering::Relaxed).to_string(),
+            ),
             (
                 "ankh_plugin_instances_idle",
                 "Instances kept between calls (instances.max_idle).",

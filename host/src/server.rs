@@ -83,6 +83,7 @@ impl Server {
                 pooling: config.pooling,
                 cache_dir: config.cache_dir.clone(),
                 store: store.clone(),
+                wasi_p3: config.wasi_p3,
             },
             metrics.clone(),
         )

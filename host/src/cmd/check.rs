@@ -16,6 +16,14 @@ use ankh::runtime::engine::registry::display_mount;
 use ankh::runtime::engine::registry::prefix_for;
 use ankh::runtime::engine::{Runtime, RuntimeConfig};
 
+/// Whether the plugin loaded, and as a WASI 0.3 component (whose instances serve requests
+/// side by side).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Loaded {
+    No,
+    Yes { p3: bool },
+}
+
 /// The report, and whether the plugin would be served.
 #[derive(Debug)]
 pub(crate) struct Report {
@@ -32,6 +40,7 @@ pub(crate) fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report>
             cache_dir: config.cache_dir.clone(),
             // Checking runs start code only: it must not touch (or lock) the server's data.
             store: ankh::kv::Store::memory(),
+            wasi_p3: config.wasi_p3,
         },
         Default::default(),
     )
@@ -83,9 +92,13 @@ pub(crate) fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report>
     // The policy the plugin runs under (its world may change a default: a proxy component
     // gets a fresh instance per request), or the file's, when the plugin does not load.
     match (name, &loaded) {
-        (_, Some(Ok(plugin))) => describe(&plugin.policy, true, &mut text),
+        (_, Some(Ok(plugin))) => describe(
+            &plugin.policy,
+            Loaded::Yes { p3: plugin.is_p3() },
+            &mut text,
+        ),
         (Some(name), _) => match Policy::for_plugin(path, name, &config.limits) {
-            Ok(policy) => describe(&policy, false, &mut text),
+            Ok(policy) => describe(&policy, Loaded::No, &mut text),
             Err(e) => {
                 let _ = writeln!(text, "policy:   {}", e.message);
             }
@@ -125,7 +138,7 @@ fn size(bytes: u64) -> String {
 
 /// The policy in words. `loaded`: the plugin loaded, so its world has set how its instances
 /// are used.
-fn describe(policy: &Policy, loaded: bool, text: &mut String) {
+fn describe(policy: &Policy, loaded: Loaded, text: &mut String) {
     let from = policy
         .source
         .as_ref()
@@ -190,7 +203,12 @@ fn describe(policy: &Policy, loaded: bool, text: &mut String) {
     );
     let mode = match (policy.fresh_instances, policy.recycle_after) {
         // The world decides how instances are used, and a plugin that does not load has none.
-        _ if !loaded => "none: the plugin does not load".to_owned(),
+        _ if loaded == Loaded::No => "none: the plugin does not load".to_owned(),
+        (false, recycle) if loaded == (Loaded::Yes { p3: true }) => format!(
+            "{} requests at once each, replaced after {} requests (WASI 0.3)",
+            policy.concurrent_requests,
+            recycle.unwrap_or(ankh::limits::P3_REUSE_REQUESTS as u64)
+        ),
         (true, _) => "a fresh instance per request".to_owned(),
         (false, Some(n)) => format!("one per worker, replaced after {n} calls"),
         (false, None) => "one per worker, reused across requests".to_owned(),

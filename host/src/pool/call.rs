@@ -210,6 +210,9 @@ impl Call {
             call.abandon(InvokeError::Cancelled.status());
             return self.finish();
         }
+        if plugin.service.is_some() {
+            return Box::pin(self.serve_service(job, call)).await;
+        }
         let instance = match self.instance().await {
             Ok(instance) => instance,
             Err(failure) => {
@@ -287,6 +290,44 @@ impl Call {
                 );
                 let message = call.error_message(&malformed.to_string());
                 call.respond_error(500, &message);
+            }
+        }
+        self.finish()
+    }
+
+    /// A request to a WASI 0.3 component: its instances are its own (see
+    /// `runtime::engine::concurrent`), so the call holds none; it holds its permit and the
+    /// plugin's concurrency slot until the response is out.
+    async fn serve_service(self, job: RequestJob, mut call: Exchange<ToConnection>) {
+        let plugin = self.plugin.clone();
+        let Some((service, tokio)) = &plugin.service else {
+            return self.finish();
+        };
+        let mut job = job;
+        let slot = job.slot.take();
+        let mut request = job.request;
+        let inflow = request.inflow.take();
+        let record = request.lend();
+        let cap = plugin.limits.max_response_bytes;
+        let served = crate::runtime::engine::proxy::serve_service(
+            service, tokio, &record, inflow, &mut call, cap,
+        )
+        .await;
+        drop(slot);
+        if let Err(failed) = served {
+            let m = &plugin.metrics;
+            let id = format!("{:016x}", call.request_id);
+            if failed.timed_out {
+                m.timeouts.fetch_add(1, Ordering::Relaxed);
+            } else if failed.status >= 500 {
+                m.traps.fetch_add(1, Ordering::Relaxed);
+            }
+            tracing::error!(plugin = %plugin.name, request = %id, "plugin `{}` {}", plugin.name, failed.why);
+            if call.streaming() {
+                call.cut(&failed.why);
+            } else if !call.responded() {
+                let message = call.error_message(&failed.why);
+                call.respond_error(failed.status, &message);
             }
         }
         self.finish()

@@ -49,6 +49,7 @@ impl Instance {
         let (store, bindings) = plugin.new_store_and_instantiate(Some(ws)).await?;
         let metrics = plugin.metrics.clone();
         metrics.live_instances.fetch_add(1, Ordering::Relaxed);
+        metrics.instances_created.fetch_add(1, Ordering::Relaxed);
         let start_bytes = store.data().memory.bytes;
         Ok(Instance {
             metrics,

@@ -5,6 +5,7 @@
 //! sizes, and epoch interruption driven by one ticker thread per engine (never a thread per
 //! request).
 
+pub(crate) mod concurrent;
 pub mod incoming;
 pub mod instance;
 pub(crate) mod instances;
@@ -48,6 +49,8 @@ pub struct RuntimeConfig {
     pub cache_dir: Option<std::path::PathBuf>,
     /// The key-value store every plugin's namespace lives in.
     pub store: crate::kv::Store,
+    /// Serve WASI 0.3 components (on a second engine, made when the first one loads).
+    pub wasi_p3: bool,
 }
 
 impl RuntimeConfig {
@@ -58,6 +61,7 @@ impl RuntimeConfig {
             pooling: true,
             cache_dir: None,
             store,
+            wasi_p3: true,
         }
     }
 }
@@ -75,6 +79,9 @@ pub struct Runtime {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// How many idle instances all plugins together keep.
     pub idle: Arc<crate::runtime::engine::instances::IdleBudget>,
+    /// The engine of WASI 0.3 components, made when the first one loads (or why it could
+    /// not be).
+    concurrent: std::sync::OnceLock<Result<concurrent::Concurrent, String>>,
     _ticker: EpochTicker,
 }
 
@@ -88,6 +95,14 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
+    /// The engine of WASI 0.3 components, made on first use.
+    pub(crate) fn concurrent(&self) -> Result<&concurrent::Concurrent, &str> {
+        self.concurrent
+            .get_or_init(|| concurrent::Concurrent::new(&self.config).map_err(|e| format!("{e:#}")))
+            .as_ref()
+            .map_err(String::as_str)
+    }
+
     /// The compiled-code cache's hits and misses so far.
     pub(crate) fn cache_counts(&self) -> (usize, usize) {
         self.cache
@@ -164,6 +179,7 @@ impl Runtime {
             idle: Arc::new(crate::runtime::engine::instances::IdleBudget::new(
                 INSTANCES_IDLE_TOTAL,
             )),
+            concurrent: std::sync::OnceLock::new(),
             _ticker: ticker,
         }))
     }
@@ -188,6 +204,9 @@ fn engine_config(
     c.cache(cache);
     c.wasm_component_model(true);
     c.epoch_interruption(true);
+    // Off here: it makes every component call dearer, and only WASI 0.3 components need it
+    // (they have their own engine: see `concurrent`).
+    c.concurrency_support(false);
     // Calls run on fibers (`call_async`): a guest that waits suspends its call and frees
     // the thread.
     c.max_wasm_stack(GUEST_STACK_BYTES);

@@ -11,6 +11,7 @@ use wasmtime::component::Component;
 
 use crate::kv::Namespace;
 use crate::runtime::engine::Runtime;
+use crate::runtime::engine::concurrent::{self, P3_HANDLER};
 use crate::runtime::engine::policy::Policy;
 use crate::runtime::engine::world::{Exports, Pre};
 use crate::runtime::host::stdio::LogTags;
@@ -23,7 +24,6 @@ pub struct Plugin {
     pub name: Arc<str>,
     pub path: PathBuf,
     pub(crate) pre: Pre,
-    pub(crate) kv: Namespace,
     /// What this plugin may do and use.
     pub policy: Policy,
     /// Every bound its instances and calls run under, from the policy.
@@ -34,12 +34,10 @@ pub struct Plugin {
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
     /// This version's idle instances, for the next calls of any worker.
     pub instances: crate::runtime::engine::instances::InstancePool,
-    /// Its outbound HTTP: grants, connection pool, figures.
-    pub(crate) outbound: Arc<crate::runtime::host::outbound::Outbound>,
-    /// How many writes a wasi:http body stream may buffer.
-    body_buffer_chunks: usize,
-    /// Its lines in the host's log, bounded across its instances.
-    log_budget: Arc<crate::runtime::host::stdio::LogBudget>,
+    /// What its stores are made of.
+    kit: Arc<StoreKit>,
+    /// A WASI 0.3 component's instances, and the runtime their loops run on.
+    pub(crate) service: Option<(concurrent::Service, tokio::runtime::Handle)>,
     /// How long compiling and checking took.
     pub load_time: Duration,
     /// Whether the compiled code came from the disk cache: `None` when another compile ran at
@@ -73,17 +71,58 @@ fn cache_use(before: (usize, usize), after: (usize, usize)) -> Option<bool> {
     }
 }
 
-/// The export of WASI 0.3's HTTP world, refused at load.
-const P3_HANDLER: &str = "wasi:http/handler@0.3";
-
-/// WASI 0.3's HTTP world is refused: ankh serves 0.2 (`wasi:http/proxy`), whose calls it can
-/// suspend and bound; 0.3's need the component model's async ABI.
-fn p3_refused(path: &Path) -> LoadError {
+/// A WASI 0.3 component on a server that does not serve them.
+fn p3_refused(path: &Path, why: &str) -> LoadError {
     LoadError::World {
         path: path.to_owned(),
         reason: format!(
-            "it exports {P3_HANDLER}.x (WASI 0.3), which ankh does not serve: build it for wasi:http/proxy@0.2 (target wasm32-wasip2) or for ankh:plugin"
+            "it exports {P3_HANDLER}.x (WASI 0.3), which this server does not serve: {why}"
         ),
+    }
+}
+
+/// What a plugin's stores are made of: its engine, its log budget, its policy's grants, its
+/// limits and its namespaces.
+struct StoreKit {
+    engine: wasmtime::Engine,
+    /// Whether it is a WASI 0.3 component (whose stores have their own epoch callback).
+    p3: bool,
+    name: Arc<str>,
+    /// Its lines in the host's log, bounded across its instances.
+    log_budget: Arc<crate::runtime::host::stdio::LogBudget>,
+    policy: Policy,
+    limits: Arc<crate::runtime::sandbox::guest_limits::GuestLimits>,
+    kv: Namespace,
+    metrics: Arc<crate::metrics::PluginMetrics>,
+    outbound: Arc<crate::runtime::host::outbound::Outbound>,
+    /// How many writes a wasi:http body stream may buffer.
+    body_buffer_chunks: usize,
+}
+
+impl StoreKit {
+    /// A fresh store, with its limits armed.
+    fn store(&self, ws: Option<Arc<dyn WebSockets>>) -> Store<HostState> {
+        let tags = LogTags::new(self.name.clone(), self.log_budget.clone());
+        let wasi = crate::runtime::engine::wasi::context(&self.policy, &self.limits, &tags);
+        let state = HostState::new(
+            wasi,
+            tags,
+            self.kv.clone(),
+            self.limits.clone(),
+            self.metrics.clone(),
+            ws,
+            crate::runtime::host::outbound::HttpHooks {
+                outbound: self.outbound.clone(),
+                body_buffer_chunks: self.body_buffer_chunks,
+            },
+        );
+        let mut store = Store::new(&self.engine, state);
+        if self.p3 {
+            concurrent::configure_store(&mut store);
+        } else {
+            crate::runtime::sandbox::guest_limits::configure_store(&mut store);
+        }
+        store
     }
 }
 
@@ -181,44 +220,58 @@ impl Plugin {
                 });
             }
         }
+        // A WASI 0.3 component goes to the engine with concurrency support; everything else
+        // to the first one. The export's name is in the binary, so this costs no compile.
+        let p3 = mentions(&bytes, P3_HANDLER);
+        let (engine, linker) = if p3 {
+            if !runtime.config.wasi_p3 {
+                return Err(p3_refused(
+                    path,
+                    "WASI 0.3 support is off (`wasi_p3 = false` in the config file, or --no-wasi-p3)",
+                ));
+            }
+            let concurrent = runtime.concurrent().map_err(|why| p3_refused(path, why))?;
+            (&concurrent.engine, &concurrent.linker)
+        } else {
+            (&runtime.engine, &runtime.linker)
+        };
         let (component, cached) = {
             let before = runtime.cache_counts();
-            let compile = || Component::new(&runtime.engine, &bytes);
+            let compile = || Component::new(engine, &bytes);
             let component = match compile_pool(name) {
                 Some(pool) => pool.install(compile),
                 // No threads to be had: the global pool, as wasmtime would use.
                 None => compile(),
             };
-            let component = component.map_err(|e| {
-                // A WASI 0.3 component may use the component model's async ABI, which the
-                // engine does not validate: name the world rather than the instruction.
-                if mentions(&bytes, P3_HANDLER) {
-                    p3_refused(path)
-                } else {
-                    LoadError::Compile {
-                        path: path.to_owned(),
-                        reason: format!("{e:#}"),
-                    }
-                }
+            let component = component.map_err(|e| LoadError::Compile {
+                path: path.to_owned(),
+                reason: format!("{e:#}"),
             })?;
             (component, cache_use(before, runtime.cache_counts()))
         };
-        if component
-            .component_type()
-            .exports(&runtime.engine)
-            .any(|(export, _)| export.starts_with(P3_HANDLER))
-        {
-            return Err(p3_refused(path));
-        }
         let world_error = |e: wasmtime::Error| LoadError::World {
             path: path.to_owned(),
             reason: format!("{e:#}"),
         };
-        let instance_pre = runtime
-            .linker
-            .instantiate_pre(&component)
-            .map_err(world_error)?;
-        let pre = Pre::new(instance_pre).map_err(world_error)?;
+        let pre = match concurrent::p3_export(&component, engine) {
+            Some(version) => {
+                // A later 0.3.x links where the component model's version matching allows
+                // it; where it does not, the refusal names both versions.
+                let p3_error = |e: wasmtime::Error| LoadError::World {
+                    path: path.to_owned(),
+                    reason: format!(
+                        "it exports wasi:http/handler@{version} (WASI 0.3), and this host serves wasi:http@{}: {e:#}",
+                        concurrent::P3_HOST_VERSION
+                    ),
+                };
+                let instance_pre = linker.instantiate_pre(&component).map_err(p3_error)?;
+                let pre = wasmtime_wasi_http::p3::bindings::ServicePre::new(instance_pre)
+                    .map_err(p3_error)?;
+                Pre::Service(pre, version)
+            }
+            None => Pre::new(linker.instantiate_pre(&component).map_err(world_error)?)
+                .map_err(world_error)?,
+        };
         // wasmtime serve's model: a fresh instance per request, unless the policy asks for
         // reuse (a proxy component need not expect its export to be called twice).
         let mut policy = policy;
@@ -244,11 +297,52 @@ impl Plugin {
         // ahead of its reader: HTTP_BODY_AHEAD_BYTES.
         let body_buffer_chunks =
             crate::limits::HTTP_BODY_AHEAD_BYTES / crate::limits::HTTP_BODY_WRITE_BYTES;
-        Ok(Plugin {
-            outbound,
-            body_buffer_chunks,
+        let kv = runtime.config.store.namespace(&name, limits.kv);
+        let kit = Arc::new(StoreKit {
+            engine: engine.clone(),
+            p3: matches!(pre, Pre::Service(..)),
+            name: name.clone(),
             log_budget: crate::runtime::host::stdio::LogBudget::new(metrics.clone()),
-            kv: runtime.config.store.namespace(&name, limits.kv),
+            policy: policy.clone(),
+            limits: limits.clone(),
+            kv: kv.clone(),
+            metrics: metrics.clone(),
+            outbound: outbound.clone(),
+            body_buffer_chunks,
+        });
+        let service = match &pre {
+            Pre::Service(service_pre, _) => {
+                let concurrent = runtime.concurrent().map_err(|why| p3_refused(path, why))?;
+                let store_kit = kit.clone();
+                let instances = concurrent::Instances {
+                    pre: service_pre.clone(),
+                    make_store: Box::new(move || store_kit.store(None)),
+                    reuse: if policy.fresh_instances {
+                        1
+                    } else {
+                        policy
+                            .recycle_after
+                            .map_or(crate::limits::P3_REUSE_REQUESTS, |n| {
+                                usize::try_from(n).unwrap_or(usize::MAX)
+                            })
+                    },
+                    concurrent: policy.concurrent_requests,
+                    handler_timeout: limits.handler_timeout,
+                    stream_timeout: policy.limits.stream_timeout,
+                    metrics: metrics.clone(),
+                    plugin: name.clone(),
+                    retired: Arc::default(),
+                };
+                Some((
+                    concurrent::Service::new(instances),
+                    concurrent.tokio.handle().clone(),
+                ))
+            }
+            _ => None,
+        };
+        Ok(Plugin {
+            kit,
+            service,
             instances: crate::runtime::engine::instances::InstancePool::new(
                 policy.max_idle_instances,
                 runtime.idle.clone(),
@@ -272,26 +366,35 @@ impl Plugin {
     /// runs under a call's limits.
     pub(crate) fn start(&mut self) -> Result<(), LoadError> {
         let started = Instant::now();
-        crate::runtime::sandbox::exec::block_on(self.new_store_and_instantiate(None)).map_err(
-            |failure| LoadError::Instantiate {
-                path: self.path.clone(),
-                reason: failure.error.to_string(),
-            },
-        )?;
+        let instantiate = self.new_store_and_instantiate(None);
+        let result = match &self.service {
+            // A 0.3 component's instances run where its requests will run them.
+            Some((_, tokio)) => tokio.block_on(instantiate).map(drop),
+            None => crate::runtime::sandbox::exec::block_on(instantiate).map(drop),
+        };
+        result.map_err(|failure| LoadError::Instantiate {
+            path: self.path.clone(),
+            reason: failure.error.to_string(),
+        })?;
         self.load_time += started.elapsed();
         Ok(())
     }
 
     /// The world the component targets (`ankh:plugin@0.3.0` or `@0.2.0`, with how its requests are
     /// passed, `ankh:plugin@0.1.0` or `wasi:http/proxy@0.2`).
-    pub fn world(&self) -> &'static str {
+    pub fn world(&self) -> std::borrow::Cow<'static, str> {
         self.pre.world()
     }
 
-    /// Whether it is a `wasi:http/proxy` component (which reads its request body as it
+    /// Whether it is a WASI 0.3 component, whose instances serve requests side by side.
+    pub fn is_p3(&self) -> bool {
+        self.service.is_some()
+    }
+
+    /// Whether it is a `wasi:http` component, 0.2 or 0.3 (which reads its request body as it
     /// arrives).
     pub fn is_proxy(&self) -> bool {
-        self.pre.is_proxy()
+        self.pre.is_proxy() || self.service.is_some()
     }
 
     /// Takes one of the plugin's call slots (`limits.max_concurrency`: its share of the
@@ -306,23 +409,7 @@ impl Plugin {
 
     /// A fresh store for this plugin, with its limits armed.
     pub(crate) fn new_store(&self, ws: Option<Arc<dyn WebSockets>>) -> Store<HostState> {
-        let tags = LogTags::new(self.name.clone(), self.log_budget.clone());
-        let wasi = crate::runtime::engine::wasi::context(&self.policy, &self.limits, &tags);
-        let state = HostState::new(
-            wasi,
-            tags,
-            self.kv.clone(),
-            self.limits.clone(),
-            self.metrics.clone(),
-            ws,
-            crate::runtime::host::outbound::HttpHooks {
-                outbound: self.outbound.clone(),
-                body_buffer_chunks: self.body_buffer_chunks,
-            },
-        );
-        let mut store = Store::new(self.pre.engine(), state);
-        crate::runtime::sandbox::guest_limits::configure_store(&mut store);
-        store
+        self.kit.store(ws)
     }
 
     /// A store with a fresh instance of this plugin. Instantiating runs the guest's start

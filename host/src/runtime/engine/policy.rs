@@ -23,7 +23,8 @@
 //!
 //! [instances]
 //! mode = "reuse"                      # or "fresh": a new instance for every request
-//! recycle_after = 10000               # replace a reused instance after this many calls
+//! recycle_after = 10000               # replace a reused instance after this many calls (WASI 0.3: 128)
+//! concurrent = 16                     # requests a WASI 0.3 instance serves at once
 //! recycle_growth_mib = 8              # ...or once its memory grew this much past its start
 //! max_idle = 64                       # instances kept between calls (more are made on demand)
 //! ```
@@ -70,6 +71,8 @@ pub struct Policy {
     pub recycle_growth_bytes: usize,
     /// Idle instances kept between calls.
     pub max_idle_instances: usize,
+    /// Requests one instance of a WASI 0.3 component serves at once.
+    pub concurrent_requests: usize,
     /// The policy file, if there was one.
     pub source: Option<PathBuf>,
     /// Entries of `capabilities.dirs` as written, checked once the file is read.
@@ -302,6 +305,15 @@ static OWN: &[Setting<Policy>] = &[
         |p| Value::Number((p.recycle_growth_bytes >> 20) as u64)
     ),
     policy_number!(
+        "instances.concurrent",
+        Count,
+        1,
+        4096,
+        "Requests one instance of a WASI 0.3 component serves at once (its event loop interleaves them)",
+        |p, n| p.concurrent_requests = usize::try_from(n).unwrap_or(usize::MAX),
+        |p| Value::Number(p.concurrent_requests as u64)
+    ),
+    policy_number!(
         "instances.max_idle",
         Count,
         0,
@@ -347,6 +359,7 @@ impl Policy {
             recycle_after: None,
             recycle_growth_bytes: crate::limits::INSTANCE_RECYCLE_GROWTH_BYTES,
             max_idle_instances: crate::limits::INSTANCES_IDLE_PER_PLUGIN,
+            concurrent_requests: crate::limits::P3_CONCURRENT_REQUESTS,
             source: None,
             dir_entries: Vec::new(),
         }

@@ -562,3 +562,88 @@ fn response_headers(headers: &http::HeaderMap, dropped: &[&str]) -> Vec<types::H
         })
         .collect()
 }
+
+/// Why a WASI 0.3 component's request got no response of its own.
+pub(crate) struct ServiceError {
+    /// The status the client gets.
+    pub status: u16,
+    /// What the log says.
+    pub why: String,
+    /// Whether it ran out of time (else it failed).
+    pub timed_out: bool,
+}
+
+/// Serves `request` on one of a WASI 0.3 component's instances (see
+/// [`crate::runtime::engine::concurrent`]), and answers through `context`: the response read
+/// whole, or streamed, as for a 0.2 component (see [`read_response`]). The instance's loop
+/// runs on `tokio`; this waits for its response head, then reads its body.
+pub(crate) async fn serve_service(
+    service: &crate::runtime::engine::concurrent::Service,
+    tokio: &tokio::runtime::Handle,
+    request: &types::Request,
+    inflow: Option<Inflow>,
+    context: &mut dyn crate::runtime::host::http::Respond,
+    cap: u64,
+) -> Result<(), ServiceError> {
+    use wasmtime_wasi_http::handler::{ExpirationError, InstantiationError, TrapOrPanicError};
+    let incoming = to_http(request, inflow).map_err(|why| ServiceError {
+        status: 400,
+        why,
+        timed_out: false,
+    })?;
+    let head = incoming.method() == http::Method::HEAD;
+    let handler = service.handler.clone();
+    let answered = tokio
+        .spawn(async move { handler.handle((), incoming).await })
+        .await;
+    let response = match answered {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => {
+            let (status, timed_out, why) = if e.is::<ExpirationError>() {
+                (
+                    504,
+                    true,
+                    "gave no response within its handler timeout".to_owned(),
+                )
+            } else if e.is::<TrapOrPanicError>() {
+                (
+                    500,
+                    false,
+                    "failed (its instance trapped with this request in flight)".to_owned(),
+                )
+            } else if let Some(failed) = e.downcast_ref::<InstantiationError<()>>() {
+                (
+                    500,
+                    false,
+                    format!("could not be instantiated: {:#}", failed.error),
+                )
+            } else {
+                (500, false, format!("failed: {e:#}"))
+            };
+            return Err(ServiceError {
+                status,
+                why,
+                timed_out,
+            });
+        }
+        Err(panicked) => {
+            return Err(ServiceError {
+                status: 500,
+                why: format!("failed: the host task serving it ended: {panicked}"),
+                timed_out: false,
+            });
+        }
+    };
+    match read_response(response, cap, head, Some(context)).await {
+        Ok(Collected::Whole(response)) => {
+            send(context, response);
+            Ok(())
+        }
+        Ok(Collected::Streamed) => Ok(()),
+        Err(Answer(status, why)) => Err(ServiceError {
+            status,
+            why,
+            timed_out: false,
+        }),
+    }
+}

@@ -16,6 +16,7 @@ use wasmtime::component::types::{ComponentItem, Type};
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, TypedFunc};
 
 use wasmtime_wasi_http::p2::bindings::{Proxy, ProxyPre};
+use wasmtime_wasi_http::p3::bindings::ServicePre;
 
 use crate::runtime::bindings::{self, legacy, types, v02};
 use crate::runtime::engine::incoming::Incoming;
@@ -51,6 +52,10 @@ pub(crate) enum Pre {
     V02(v02::PluginPre<HostState>, Option<PackedExport>),
     Legacy(legacy::PluginPre<HostState>),
     Proxy(ProxyPre<HostState>),
+    /// A WASI 0.3 `wasi:http/service` component, with the version of the handler it
+    /// exports. Its requests never reach an [`Exports`]: they go to its instances through
+    /// [`crate::runtime::engine::concurrent`]; this is for the trial instantiation at load.
+    Service(ServicePre<HostState>, String),
 }
 
 /// A live instance's exports, of either world.
@@ -59,6 +64,8 @@ pub(crate) enum Exports {
     V02(v02::Plugin, Option<Packed>),
     Legacy(legacy::Plugin),
     Proxy(Proxy),
+    /// Instantiated only to prove that it starts.
+    Service,
 }
 
 impl Pre {
@@ -91,18 +98,9 @@ impl Pre {
         matches!(self, Pre::Proxy(_))
     }
 
-    pub(crate) fn engine(&self) -> &wasmtime::Engine {
-        match self {
-            Pre::Current(p, _) => p.engine(),
-            Pre::V02(p, _) => p.engine(),
-            Pre::Legacy(p) => p.engine(),
-            Pre::Proxy(p) => p.engine(),
-        }
-    }
-
     /// The world the component targets, and for the current one how its requests are passed.
-    pub(crate) fn world(&self) -> &'static str {
-        match self {
+    pub(crate) fn world(&self) -> std::borrow::Cow<'static, str> {
+        let name = match self {
             Pre::Current(_, Some(PackedExport::Answer(_))) => {
                 "ankh:plugin@0.3.0 (requests as two buffers, answers as one: packed-handler)"
             }
@@ -119,7 +117,14 @@ impl Pre {
             Pre::V02(_, None) => "ankh:plugin@0.2.0 (requests as a record: handler)",
             Pre::Legacy(_) => "ankh:plugin@0.1.0",
             Pre::Proxy(_) => "wasi:http/proxy@0.2",
-        }
+            Pre::Service(_, version) => {
+                return format!(
+                    "wasi:http/service@{version} (WASI 0.3: instances serve many requests, several at once)"
+                )
+                .into();
+            }
+        };
+        name.into()
     }
 
     pub(crate) async fn instantiate(
@@ -139,6 +144,10 @@ impl Pre {
             }
             Pre::Legacy(p) => Exports::Legacy(p.instantiate_async(store).await?),
             Pre::Proxy(p) => Exports::Proxy(p.instantiate_async(store).await?),
+            Pre::Service(p, _) => {
+                p.instantiate_async(store).await?;
+                Exports::Service
+            }
         })
     }
 }
@@ -279,6 +288,9 @@ impl Exports {
                 let inflow = request.inflow.take();
                 crate::runtime::engine::proxy::handle(store, p, &record, inflow).await
             }
+            Exports::Service => Err(wasmtime::Error::msg(
+                "a WASI 0.3 component's requests go to its own instances",
+            )),
         };
         request.restore(record);
         outcome.map(Returned::Record)
@@ -307,7 +319,7 @@ impl Exports {
                     .await
             }
             // A proxy component never accepts a WebSocket, so it has no events.
-            Exports::Proxy(_) => Ok(()),
+            Exports::Proxy(_) | Exports::Service => Ok(()),
         }
     }
 
@@ -334,7 +346,7 @@ impl Exports {
                     .await
             }
             // A proxy component never accepts a WebSocket, so it has no events.
-            Exports::Proxy(_) => Ok(()),
+            Exports::Proxy(_) | Exports::Service => Ok(()),
         }
     }
 
@@ -361,7 +373,7 @@ impl Exports {
                     .await
             }
             // A proxy component never accepts a WebSocket, so it has no events.
-            Exports::Proxy(_) => Ok(()),
+            Exports::Proxy(_) | Exports::Service => Ok(()),
         }
     }
 }

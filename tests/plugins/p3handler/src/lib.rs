@@ -1,5 +1,5 @@
-//! A stand-in for a WASI 0.3 HTTP component: it exports `wasi:http/handler@0.3.0-rc-…`, which
-//! ankh must refuse at load with a message naming WASI 0.3 (issue 15).
+//! A component that exports a release candidate's `wasi:http/handler@0.3.0-rc-…` with a plain
+//! function: ankh must refuse it at load, naming that version and the one it serves.
 
 wit_bindgen::generate!({
     path: "wit",
