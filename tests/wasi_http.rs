@@ -153,6 +153,14 @@ pub fn bytes(len: usize) -> Vec<u8> {
 pub const KIB: usize = 1024;
 pub const MIB: usize = 1024 * 1024;
 
+/// `c` with a header repeated around another, and one value that holds a comma.
+pub fn repeated(c: Case) -> Case {
+    c.header("x-multi", b"one")
+        .header("accept", b"text/plain")
+        .header("x-multi", b"two")
+        .header("x-multi", b"three, four")
+}
+
 /// The corpus of component `name`: at least 20 requests, with bodies of 0, 1 KiB, 1 MiB and
 /// 16 MiB, HEAD, repeated headers and a 404. `upstream` is the origin `/fetch` calls.
 fn corpus(name: &str, upstream: &str) -> Vec<Case> {
@@ -161,12 +169,6 @@ fn corpus(name: &str, upstream: &str) -> Vec<Case> {
             .header("x-kept", b"yes")
             .header("proxy-authorization", b"secret")
             .header("te", b"trailers")
-    };
-    let repeated = |c: Case| {
-        c.header("x-multi", b"one")
-            .header("accept", b"text/plain")
-            .header("x-multi", b"two")
-            .header("x-multi", b"three, four")
     };
     // What every component is asked: its root, HEAD, a 404, bodies of every size.
     let mut cases = vec![

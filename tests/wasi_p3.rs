@@ -15,7 +15,7 @@ use std::path::Path;
 use crate::harness::{Options, TestServer, plugins};
 use crate::metrics::{admin_addr, scrape, value};
 use crate::upstream::{Mode, Upstream};
-use crate::wasi_http::{Answer, Case, KIB, MIB, bytes, case, send, wasmtime_49};
+use crate::wasi_http::{Answer, Case, KIB, MIB, bytes, case, repeated, send, wasmtime_49};
 use crate::wasmtime_serve::WasmtimeServe;
 
 /// The 0.3 components: name and file.
@@ -26,12 +26,6 @@ fn components() -> Vec<(&'static str, &'static str)> {
 /// What every 0.3 component is asked: its root, HEAD, 404s, repeated headers, bodies of 0 B
 /// to 16 MiB, statuses, a large body, trailers, a body streamed over time, an outbound call.
 fn corpus(upstream: &str) -> Vec<Case> {
-    let repeated = |c: Case| {
-        c.header("x-multi", b"one")
-            .header("accept", b"text/plain")
-            .header("x-multi", b"two")
-            .header("x-multi", b"three, four")
-    };
     let mut cases = vec![
         case("root", "GET", "/"),
         case("head-root", "HEAD", "/"),

@@ -40,7 +40,6 @@ use wasmtime_wasi_http::handler::{
 };
 use wasmtime_wasi_http::p3::bindings::ServicePre;
 
-use crate::limits::{FIBER_HOST_STACK_BYTES, GUEST_STACK_BYTES};
 use crate::runtime::sandbox::store::HostState;
 
 /// How long an instance of a 0.3 component waits for its next request before it goes.
@@ -72,9 +71,10 @@ impl std::fmt::Debug for Concurrent {
 
 impl Concurrent {
     /// The engine with concurrency support, its linker (WASI 0.2 and 0.3, wasi:http 0.2 and
-    /// 0.3, wasi:keyvalue) and its threads.
-    pub(crate) fn new(config: &super::RuntimeConfig) -> anyhow::Result<Concurrent> {
-        let engine = Engine::new(&engine_config(config))
+    /// 0.3, wasi:keyvalue) and its threads. Compiled components go to `cache`, the first
+    /// engine's (its entries are keyed by engine settings too).
+    pub(crate) fn new(cache: Option<wasmtime::Cache>) -> anyhow::Result<Concurrent> {
+        let engine = Engine::new(&engine_config(cache))
             .map_err(|e| anyhow::anyhow!("cannot make the engine of WASI 0.3 components: {e:#}"))?;
         let mut linker = Linker::new(&engine);
         // A component built for wasm32-wasip2 imports 0.2's interfaces for its standard
@@ -103,23 +103,12 @@ impl Concurrent {
 }
 
 /// The settings of the engine of 0.3 components: those of the first engine (stack sizes,
-/// epochs, the cache) with the async ABI and concurrency support on, and instances
-/// allocated on demand.
-fn engine_config(config: &super::RuntimeConfig) -> Config {
-    let mut c = Config::new();
-    c.wasm_component_model(true);
+/// epochs, the same compiled-code cache) with the async ABI and concurrency support on, and
+/// instances allocated on demand.
+fn engine_config(cache: Option<wasmtime::Cache>) -> Config {
+    let mut c = super::base_config(cache);
     c.wasm_component_model_async(true);
     c.concurrency_support(true);
-    c.epoch_interruption(true);
-    c.max_wasm_stack(GUEST_STACK_BYTES);
-    c.async_stack_size(GUEST_STACK_BYTES + FIBER_HOST_STACK_BYTES);
-    if let Some(dir) = &config.cache_dir {
-        let mut cc = wasmtime::CacheConfig::new();
-        cc.with_directory(dir);
-        if let Ok(cache) = wasmtime::Cache::new(cc) {
-            c.cache(Some(cache));
-        }
-    }
     c
 }
 

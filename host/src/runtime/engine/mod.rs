@@ -98,7 +98,9 @@ impl Runtime {
     /// The engine of WASI 0.3 components, made on first use.
     pub(crate) fn concurrent(&self) -> Result<&concurrent::Concurrent, &str> {
         self.concurrent
-            .get_or_init(|| concurrent::Concurrent::new(&self.config).map_err(|e| format!("{e:#}")))
+            .get_or_init(|| {
+                concurrent::Concurrent::new(self.cache.clone()).map_err(|e| format!("{e:#}"))
+            })
             .as_ref()
             .map_err(String::as_str)
     }
@@ -194,23 +196,29 @@ enum MemorySlots {
     Fewer,
 }
 
+/// What both engines share: components, epoch interruption, the stack sizes, the cache.
+fn base_config(cache: Option<Cache>) -> Config {
+    let mut c = Config::new();
+    c.cache(cache);
+    c.wasm_component_model(true);
+    c.epoch_interruption(true);
+    // Calls run on fibers (`call_async`): a guest that waits suspends its call and frees
+    // the thread.
+    c.max_wasm_stack(GUEST_STACK_BYTES);
+    c.async_stack_size(GUEST_STACK_BYTES + FIBER_HOST_STACK_BYTES);
+    c
+}
+
 /// The engine's settings; `pooling` sizes the pooling allocator (`None`: allocate on demand).
 fn engine_config(
     config: &RuntimeConfig,
     pooling: Option<MemorySlots>,
     cache: Option<Cache>,
 ) -> Config {
-    let mut c = Config::new();
-    c.cache(cache);
-    c.wasm_component_model(true);
-    c.epoch_interruption(true);
+    let mut c = base_config(cache);
     // Off here: it makes every component call dearer, and only WASI 0.3 components need it
     // (they have their own engine: see `concurrent`).
     c.concurrency_support(false);
-    // Calls run on fibers (`call_async`): a guest that waits suspends its call and frees
-    // the thread.
-    c.max_wasm_stack(GUEST_STACK_BYTES);
-    c.async_stack_size(GUEST_STACK_BYTES + FIBER_HOST_STACK_BYTES);
     if let Some(slots) = pooling {
         // Every call in flight holds an instance (and a fiber stack), idle instances wait for
         // the next calls, and plugins being loaded are instantiated once; a component holds
