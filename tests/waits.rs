@@ -129,6 +129,9 @@ fn issue18_calls_in_flight_are_bounded_and_the_rest_wait_in_the_queue() {
         .map(|_| send(s.addr, "/probe/sleep?ms=2000"))
         .collect();
     wait_metric(admin, "ankh_queue_depth", &[], |v| v >= 12.0);
+    // A worker counts a call in flight just after it takes the job off the queue: both
+    // gauges settle, then neither may pass its bound.
+    wait_metric(admin, "ankh_calls_in_flight", &[], |v| v >= 8.0);
     let scrape = scrape(admin);
     assert_eq!(value(&scrape, "ankh_calls_in_flight", &[]), 8.0);
     assert_eq!(value(&scrape, "ankh_queue_depth", &[]), 12.0);

@@ -77,7 +77,14 @@ impl Watch {
     /// Checks the bounds now (the epoch callback); records and returns why the call must stop.
     pub(crate) fn check(&mut self, now: Instant) -> Option<Stop> {
         if self.stopped.is_none() {
-            if self.cancel.as_ref().is_some_and(Cancel::is_cancelled) {
+            // A streaming call whose client left is told so by its next write (`closed`),
+            // so that it can end on its own; its waits still stop it, and so does its CPU
+            // deadline if it computes on and never writes again.
+            if self
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.is_cancelled() && !c.is_streaming())
+            {
                 self.stopped = Some(Stop::Cancelled);
             } else if self.deadline.is_some_and(|d| now >= d) && !self.streaming() {
                 self.stopped = Some(Stop::TimedOut(self.timeout));
@@ -192,6 +199,23 @@ mod tests {
         // A new call starts clean.
         watch.arm(None);
         assert_eq!(watch.check(Instant::now()), None);
+    }
+
+    #[test]
+    fn a_streaming_call_whose_client_left_runs_on_to_its_next_write_but_waits_stop() {
+        let mut watch = Watch::new(Duration::from_secs(3600));
+        let cancel = Cancel::default();
+        watch.arm(Some(cancel.clone()));
+        cancel.set_streaming(true);
+        cancel.cancel();
+        // Computing: not stopped, so its next write can tell it `closed`.
+        assert_eq!(watch.check(Instant::now()), None);
+        // Waiting: stopped at once.
+        let r = block_on(race(std::future::pending::<()>(), watch.stopped()));
+        assert_eq!(r, Err(Stop::Cancelled));
+        // Once the stream is over, the cancellation stops it anywhere.
+        cancel.set_streaming(false);
+        assert_eq!(watch.check(Instant::now()), Some(Stop::Cancelled));
     }
 
     #[test]
