@@ -301,6 +301,20 @@ impl Flow {
         std::future::poll_fn(|cx| self.poll_room(cx)).await
     }
 
+    /// Whether the loop closed the flow; if not, wakes `cx` when it does (or when it writes,
+    /// so ask again). Shares the writer's waker: never wait on this and on room at once.
+    pub fn poll_closed(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.is_closed() {
+            return Poll::Ready(());
+        }
+        park(&self.0.waker, cx);
+        if self.is_closed() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+
     /// The writer hands over `n` bytes.
     pub fn add(&self, n: usize) {
         self.0.held.fetch_add(n, Ordering::AcqRel);

@@ -18,6 +18,12 @@
 //! the access log, the response writer with its gzip, HEAD and streaming rules), which waits
 //! for the instance's answer and then streams its body.
 //!
+//! **A cold start makes one instance, not one per request.** [`ProxyHandler`] makes a new
+//! instance for every request that finds none accepting, so a burst on a plugin with no
+//! instance (at its first request, or after its instances went idle) would make one per
+//! request while the first is still being made. [`Warming`] holds such requests back, as many
+//! as the instances being made will take at once, until one of them accepts.
+//!
 //! **Bounds.** Each instance's memory is capped by its store's limiter, as every instance's
 //! is; a request that gives no response within the handler timeout gets a 504 and the instance
 //! accepts no more; an instance that computes for longer than the CPU deadline without a new
@@ -27,7 +33,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -124,7 +130,7 @@ pub(crate) fn p3_export(component: &Component, engine: &Engine) -> Option<String
 
 /// How a plugin version's 0.3 instances are made and bounded.
 pub(crate) struct Service {
-    pub(crate) handler: ProxyHandler<Instances>,
+    handler: ProxyHandler<Instances>,
     /// Set when the plugin version is replaced or unloaded: its idle instances go.
     retired: Arc<AtomicBool>,
 }
@@ -136,6 +142,72 @@ impl Service {
             handler: ProxyHandler::new(instances),
             retired,
         }
+    }
+
+    /// What serves its requests (see [`serve`]), for a task of its own.
+    pub(crate) fn handler(&self) -> ProxyHandler<Instances> {
+        self.handler.clone()
+    }
+}
+
+/// Serves one request on an instance that accepts it, made if need be (see [`Warming`]).
+pub(crate) async fn serve(
+    handler: &ProxyHandler<Instances>,
+    request: wasmtime_wasi_http::handler::Request,
+) -> wasmtime::Result<wasmtime_wasi_http::handler::Response> {
+    let state = handler.state();
+    state
+        .warming
+        .admit(state.concurrent, state.handler_timeout)
+        .await;
+    handler.handle((), request).await
+}
+
+/// Whether a request should wait for an instance being made rather than make one: counts of
+/// the instances being made and of those accepting requests, kept by the instances (see
+/// [`Worker::should_accept_request`]).
+#[derive(Debug, Default)]
+pub(crate) struct Warming {
+    /// Instances being made, or made and not yet asked for a request.
+    making: AtomicUsize,
+    /// Instances whose last answer was that they accept a request.
+    accepting: AtomicUsize,
+    /// Requests waiting for an instance being made.
+    waiting: AtomicUsize,
+    /// Told when an instance accepts, or one being made failed or went.
+    changed: tokio::sync::Notify,
+}
+
+impl Warming {
+    /// Waits while no instance accepts and the ones being made have room for this request,
+    /// at most `patience`; then the request goes to [`ProxyHandler::handle`].
+    async fn admit(&self, concurrent: usize, patience: Duration) {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            // Registered before the counts are read, so a change after the read wakes it.
+            changed.as_mut().enable();
+            let making = self.making.load(Ordering::Acquire);
+            if making == 0 || self.accepting.load(Ordering::Acquire) > 0 {
+                return;
+            }
+            let room = making.saturating_mul(concurrent.max(1));
+            if self.waiting.fetch_add(1, Ordering::AcqRel) >= room {
+                self.waiting.fetch_sub(1, Ordering::AcqRel);
+                return;
+            }
+            let waited = tokio::time::timeout_at(deadline, changed).await;
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+            if waited.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn made(&self) {
+        self.making.fetch_sub(1, Ordering::AcqRel);
+        self.changed.notify_waiters();
     }
 }
 
@@ -164,6 +236,7 @@ pub(crate) struct Instances {
     pub(crate) metrics: Arc<crate::metrics::PluginMetrics>,
     pub(crate) plugin: Arc<str>,
     pub(crate) retired: Arc<AtomicBool>,
+    pub(crate) warming: Arc<Warming>,
 }
 
 impl HandlerState for Instances {
@@ -175,13 +248,22 @@ impl HandlerState for Instances {
         let mut store = (self.make_store)();
         store.set_epoch_deadline(1);
         store.data_mut().budget.reset();
+        self.warming.making.fetch_add(1, Ordering::AcqRel);
         let instantiate = self.pre.instantiate_async(&mut store);
-        let service = match tokio::time::timeout(self.handler_timeout, instantiate).await {
-            Ok(service) => service?,
-            Err(_) => wasmtime::bail!(
-                "instantiating took longer than the handler timeout ({} ms)",
-                self.handler_timeout.as_millis()
-            ),
+        let made = tokio::time::timeout(self.handler_timeout, instantiate).await;
+        let service = match made {
+            Ok(Ok(service)) => service,
+            Ok(Err(e)) => {
+                self.warming.made();
+                return Err(e);
+            }
+            Err(_) => {
+                self.warming.made();
+                wasmtime::bail!(
+                    "instantiating took longer than the handler timeout ({} ms)",
+                    self.handler_timeout.as_millis()
+                )
+            }
         };
         self.metrics
             .instances_created
@@ -203,6 +285,9 @@ impl HandlerState for Instances {
                 handler_timeout: self.handler_timeout,
                 metrics: self.metrics.clone(),
                 plugin: self.plugin.clone(),
+                warming: self.warming.clone(),
+                asked: AtomicBool::new(false),
+                accepting: AtomicBool::new(false),
             },
         })
     }
@@ -215,6 +300,30 @@ pub(crate) struct Worker {
     handler_timeout: Duration,
     metrics: Arc<crate::metrics::PluginMetrics>,
     plugin: Arc<str>,
+    warming: Arc<Warming>,
+    /// Whether it was asked for a request yet (until then it counts as being made).
+    asked: AtomicBool,
+    /// Whether its last answer was that it accepts one.
+    accepting: AtomicBool,
+}
+
+impl Worker {
+    /// Keeps [`Warming`]'s counts as this instance's answers change.
+    fn counted(&self, accepting: bool) {
+        let changed = self.accepting.swap(accepting, Ordering::AcqRel) != accepting;
+        if changed {
+            if accepting {
+                self.warming.accepting.fetch_add(1, Ordering::AcqRel);
+            } else {
+                self.warming.accepting.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        if !self.asked.swap(true, Ordering::AcqRel) {
+            self.warming.made();
+        } else if changed && accepting {
+            self.warming.changed.notify_waiters();
+        }
+    }
 }
 
 impl handler::WorkerState for Worker {
@@ -222,13 +331,15 @@ impl handler::WorkerState for Worker {
     type RequestData = ();
 
     fn should_accept_request(&self, concurrent: usize, total: usize) -> ShouldAccept {
-        if total >= self.reuse {
+        let answer = if total >= self.reuse {
             ShouldAccept::Never
         } else if concurrent >= self.concurrent {
             ShouldAccept::No
         } else {
             ShouldAccept::Yes
-        }
+        };
+        self.counted(matches!(answer, ShouldAccept::Yes));
+        answer
     }
 
     fn on_request_start(
@@ -245,6 +356,7 @@ impl handler::WorkerState for Worker {
 
     fn drop(&self, store: Store<HostState>, result: wasmtime::Result<()>) {
         drop(store);
+        self.counted(false);
         self.metrics.live_instances.fetch_sub(1, Ordering::Relaxed);
         // Its requests in flight are counted as they fail (see `pool::call`).
         if let Err(e) = result {

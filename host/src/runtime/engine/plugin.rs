@@ -332,6 +332,7 @@ impl Plugin {
                     metrics: metrics.clone(),
                     plugin: name.clone(),
                     retired: Arc::default(),
+                    warming: Arc::default(),
                 };
                 Some((
                     concurrent::Service::new(instances),

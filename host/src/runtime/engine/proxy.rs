@@ -390,6 +390,25 @@ async fn read_response(
                     continue;
                 }
             }
+        } else if let (Some(open), Some(call)) = (&flow, context.as_deref_mut()) {
+            // The next frame, unless the loop closes the stream first (its client left, or
+            // a stream limit passed): a guest that never writes again nor ends its body (or
+            // never resolves its trailers) must not hold the call.
+            let mut next = std::pin::pin!(body.frame());
+            let next = std::future::poll_fn(|cx| {
+                if let Poll::Ready(frame) = next.as_mut().poll(cx) {
+                    return Poll::Ready(Some(frame));
+                }
+                open.poll_closed(cx).map(|()| None)
+            })
+            .await;
+            match next {
+                Some(frame) => frame,
+                None => {
+                    call.cut("its client left, or a stream limit passed");
+                    return Ok(Collected::Streamed);
+                }
+            }
         } else {
             body.frame().await
         };
@@ -592,9 +611,9 @@ pub(crate) async fn serve_service(
         timed_out: false,
     })?;
     let head = incoming.method() == http::Method::HEAD;
-    let handler = service.handler.clone();
+    let handler = service.handler();
     let answered = tokio
-        .spawn(async move { handler.handle((), incoming).await })
+        .spawn(async move { crate::runtime::engine::concurrent::serve(&handler, incoming).await })
         .await;
     let response = match answered {
         Ok(Ok(response)) => response,

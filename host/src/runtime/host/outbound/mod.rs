@@ -323,4 +323,10 @@ impl wasmtime_wasi_http::WasiHttpHooks for HttpHooks {
     fn p2_outgoing_body_chunk_size(&mut self) -> usize {
         crate::limits::HTTP_BODY_WRITE_BYTES
     }
+
+    /// The most one write of a 0.3 guest into a body's stream is copied out in: a write as
+    /// large as its memory is moved in pieces of this size.
+    fn p3_outgoing_body_chunk_size(&mut self) -> usize {
+        crate::limits::HTTP_BODY_WRITE_BYTES
+    }
 }
