@@ -7,29 +7,8 @@ use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use crate::harness::{Options, PATIENCE, plugins, read_response};
-use crate::metrics::{admin_addr, scrape, value};
-
-/// Polls `/metrics` until `check` holds for the value of `name` (with `labels`).
-fn wait_metric(
-    admin: SocketAddr,
-    name: &str,
-    labels: &[(&str, &str)],
-    check: impl Fn(f64) -> bool,
-) {
-    let started = Instant::now();
-    loop {
-        let v = value(&scrape(admin), name, labels);
-        if check(v) {
-            return;
-        }
-        assert!(
-            started.elapsed() < PATIENCE,
-            "{name} {labels:?} never got there (last: {v})"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use crate::harness::{Options, plugins, read_response};
+use crate::metrics::{admin_addr, scrape, value, wait_metric};
 
 /// Sends `GET path` on a new connection and returns it, unanswered.
 fn send(addr: SocketAddr, path: &str) -> TcpStream {

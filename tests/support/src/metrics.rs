@@ -59,3 +59,24 @@ pub fn scrape_when(addr: SocketAddr, name: &str, at_least: f64) -> prometheus_pa
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Polls `/metrics` until `check` holds for the value of `name` (with `labels`).
+pub fn wait_metric(
+    admin: SocketAddr,
+    name: &str,
+    labels: &[(&str, &str)],
+    check: impl Fn(f64) -> bool,
+) {
+    let started = std::time::Instant::now();
+    loop {
+        let v = value(&scrape(admin), name, labels);
+        if check(v) {
+            return;
+        }
+        assert!(
+            started.elapsed() < crate::harness::PATIENCE,
+            "{name} {labels:?} never got there (last: {v})"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
