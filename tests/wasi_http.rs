@@ -64,7 +64,23 @@ fn run_build(mut command: Command, what: &str) {
 /// `pyhttp.wasm`, built once per test run with componentize-py.
 fn pyhttp() -> Option<PathBuf> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
-    BUILT
+    python_component(&BUILT, "py-http", "pyhttp.wasm")
+}
+
+/// `pyp3.wasm` (WASI 0.3), built once per test run with componentize-py.
+pub fn pyp3() -> Option<PathBuf> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    python_component(&BUILT, "py-p3", "pyp3.wasm")
+}
+
+/// `file`, built once per test run (kept in `built`) by `tests/components/DIR/build.sh`
+/// with componentize-py.
+fn python_component(
+    built: &'static OnceLock<Option<PathBuf>>,
+    dir: &str,
+    file: &str,
+) -> Option<PathBuf> {
+    built
         .get_or_init(|| {
             if crate::python::componentize_py(root()).is_none() {
                 return missing(
@@ -72,10 +88,11 @@ fn pyhttp() -> Option<PathBuf> {
                     "componentize-py not found (see plugins/py/requirements.txt)",
                 );
             }
-            let mut build = Command::new(root().join("tests/components/py-http/build.sh"));
+            let script = format!("tests/components/{dir}/build.sh");
+            let mut build = Command::new(root().join(&script));
             build.arg(built_dir());
-            run_build(build, "tests/components/py-http/build.sh");
-            Some(built_dir().join("pyhttp.wasm"))
+            run_build(build, &script);
+            Some(built_dir().join(file))
         })
         .clone()
 }

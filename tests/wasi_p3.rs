@@ -2,7 +2,8 @@
 //! (issue 35), none written with the ankh SDK, each built from source by its toolchain:
 //! - `p3spin`: Rust with the Spin SDK's `#[http_service]` (spin-sdk 7, as Spin 4's template);
 //! - `p3raw`: Rust with the `wasip3` bindings crate alone (wit-bindgen's async exports), built
-//!   against WASI 0.3.2's WIT: a later patch version than the host's 0.3.0.
+//!   against WASI 0.3.2's WIT: a later patch version than the host's 0.3.0;
+//! - `pyp3`: Python with componentize-py (`tests/components/py-p3`, its asyncio bindings).
 //!
 //! Each answers a corpus as it does under `wasmtime serve` 49, side by side in the same run;
 //! their instances serve many requests, several at once; a trap retires one; the server
@@ -19,8 +20,15 @@ use crate::wasi_http::{Answer, Case, KIB, MIB, bytes, case, repeated, send, wasm
 use crate::wasmtime_serve::WasmtimeServe;
 
 /// The 0.3 components: name and file.
-fn components() -> Vec<(&'static str, &'static str)> {
-    vec![("p3spin", plugins::P3SPIN), ("p3raw", plugins::P3RAW)]
+fn components() -> Vec<(&'static str, String)> {
+    let mut all = vec![
+        ("p3spin", plugins::P3SPIN.to_owned()),
+        ("p3raw", plugins::P3RAW.to_owned()),
+    ];
+    if let Some(python) = crate::wasi_http::pyp3() {
+        all.push(("pyp3", python.display().to_string()));
+    }
+    all
 }
 
 /// What every 0.3 component is asked: its root, HEAD, 404s, repeated headers, bodies of 0 B
@@ -68,13 +76,13 @@ fn components_answer_as_they_do_under_wasmtime_serve() {
     for (name, wasm) in components() {
         let s = Options::default()
             .flag("--max-body-bytes", 32 * MIB)
-            .plugin_as(name, wasm)
+            .plugin_as(name, &wasm)
             .file(
                 &format!("{name}.toml"),
                 format!("[capabilities]\nhttp = [\"{}\"]\n", upstream.origin()).as_bytes(),
             )
             .start();
-        let serve = WasmtimeServe::start(&wasmtime, Path::new(wasm));
+        let serve = WasmtimeServe::start(&wasmtime, Path::new(&wasm));
         let cases = corpus(&upstream.origin());
         assert!(cases.len() >= 20, "{name}: {} cases", cases.len());
         for case in &cases {
