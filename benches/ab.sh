@@ -5,7 +5,10 @@
 # the machine's noise over all of them. Servers run as a user runs them (access log on, to a
 # file) unless -q turns the access log off.
 #
-#   benches/ab.sh [-p PATH] [-c CONNECTIONS] [-w WORKERS] [-r ROUNDS] [-d SECONDS] [-q] BIN...
+#   benches/ab.sh [-p PATH] [-c CONNECTIONS] [-w WORKERS] [-r ROUNDS] [-d SECONDS] [-q] [-P WASM] BIN...
+#
+# -P serves another component as index.wasm instead, with no policy (a wasi:http component
+# built by the tests, say: target/wasm-plugins/wasm32-wasip2/release/httpecho.wasm).
 #
 # A binary older than a key of the policy refuses the plugin; it is then served without the
 # policy (said on stderr). Such binaries predate coarse clocks, so they read precise clocks,
@@ -15,25 +18,26 @@
 #   cp target/release/ankh /tmp/ankh-before && cargo build --release -p ankh
 #   benches/ab.sh /tmp/ankh-before target/release/ankh
 set -euo pipefail
-path=/ conns=64 workers="" rounds=5 secs=3 quiet=""
-while getopts "p:c:w:r:d:q" opt; do
+path=/ conns=64 workers="" rounds=5 secs=3 quiet="" other=""
+while getopts "p:c:w:r:d:qP:" opt; do
     case $opt in
         p) path=$OPTARG ;; c) conns=$OPTARG ;; w) workers=$OPTARG ;;
-        r) rounds=$OPTARG ;; d) secs=$OPTARG ;; q) quiet=1 ;; *) exit 2 ;;
+        r) rounds=$OPTARG ;; d) secs=$OPTARG ;; q) quiet=1 ;; P) other=$OPTARG ;; *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-p PATH] [-c N] [-w N] [-r N] [-d S] [-q] BIN..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [-p PATH] [-c N] [-w N] [-r N] [-d S] [-q] [-P WASM] BIN..." >&2; exit 2; }
 command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 # Where ankh-test-support's build script builds the plugins (every cargo build of the tests or
 # benches refreshes it).
 plugins_target=${CARGO_TARGET_DIR:-$root/target}/wasm-plugins
 wasm=$plugins_target/wasm32-wasip2/release/bench.wasm
-[ -f "$wasm" ] || cargo build --release --target wasm32-wasip2 --manifest-path "$root/plugins/Cargo.toml" --target-dir "$plugins_target" -p bench
+[ -n "$other" ] || [ -f "$wasm" ] || cargo build --release --target wasm32-wasip2 --manifest-path "$root/plugins/Cargo.toml" --target-dir "$plugins_target" -p bench
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 policy=$root/plugins/bench.toml
+if [ -n "$other" ]; then wasm=$(realpath "$other"); policy=""; fi
 
 start() { # BIN DIR: sets $pid, returns once the server listens
     rm -f "$work/ready"

@@ -5,18 +5,20 @@
 # requests over one keep-alive connection (curl), counting only those, and prints
 # instructions per request (the kernel's share, `recv` and `send`, is not counted).
 #
-#   benches/instructions.sh [-n REQUESTS] [-p PATH] BIN...
+#   benches/instructions.sh [-n REQUESTS] [-p PATH] [-P WASM] BIN...
+#
+# -P serves another component as index.wasm instead, with no policy.
 #
 # Needs valgrind and curl (Debian packages of the same names). Takes about a minute per binary.
 set -euo pipefail
-requests=4000 path=/
-while getopts "n:p:" opt; do
+requests=4000 path=/ other=""
+while getopts "n:p:P:" opt; do
     case $opt in
-        n) requests=$OPTARG ;; p) path=$OPTARG ;; *) exit 2 ;;
+        n) requests=$OPTARG ;; p) path=$OPTARG ;; P) other=$OPTARG ;; *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-n REQUESTS] [-p PATH] BIN..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [-n REQUESTS] [-p PATH] [-P WASM] BIN..." >&2; exit 2; }
 for tool in valgrind callgrind_control callgrind_annotate curl; do
     command -v $tool >/dev/null || { echo "needs $tool (apt-get install valgrind curl)" >&2; exit 2; }
 done
@@ -25,12 +27,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # benches refreshes it).
 plugins_target=${CARGO_TARGET_DIR:-$root/target}/wasm-plugins
 wasm=$plugins_target/wasm32-wasip2/release/bench.wasm
+if [ -n "$other" ]; then wasm=$(realpath "$other"); fi
 [ -f "$wasm" ] || cargo build --release --target wasm32-wasip2 --manifest-path "$root/plugins/Cargo.toml" --target-dir "$plugins_target" -p bench
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir "$work/plugins"
 cp "$wasm" "$work/plugins/index.wasm"
-cp "$root/plugins/bench.toml" "$work/plugins/index.toml"
+[ -n "$other" ] || cp "$root/plugins/bench.toml" "$work/plugins/index.toml"
 
 for bin in "$@"; do
     bin=$(realpath "$bin")

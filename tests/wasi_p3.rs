@@ -217,6 +217,9 @@ fn check_names_the_world_and_the_setting_turns_it_off() {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{text}");
     assert!(text.contains("world:    wasi:http/service@0.3.0"), "{text}");
+    // Its interfaces, as the engine that runs it reads them.
+    assert!(text.contains("  wasi:http/handler@0.3.0\n"), "{text}");
+    assert!(text.contains("  wasi:http/types@0.3.0\n"), "{text}");
 
     let s = Options::default()
         .plugin(plugins::P3SPIN)

@@ -6,7 +6,6 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
-use wasmtime::component::Component;
 
 use ankh::config::ServeConfig;
 use ankh::loader::plugin_name;
@@ -77,14 +76,13 @@ pub(crate) fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report>
         }
     }
     // Imports and exports, whenever the file is a component at all.
-    if let Ok(component) = Component::from_file(&runtime.engine, path) {
-        let ty = component.component_type();
+    if let Some((imports, exports)) = runtime.interfaces(path) {
         let _ = writeln!(text, "imports:");
-        for (import, _) in ty.imports(&runtime.engine) {
+        for import in imports {
             let _ = writeln!(text, "  {import}");
         }
         let _ = writeln!(text, "exports:");
-        for (export, _) in ty.exports(&runtime.engine) {
+        for export in exports {
             let _ = writeln!(text, "  {export}");
         }
     }

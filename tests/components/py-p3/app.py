@@ -38,7 +38,6 @@ from wit_world.imports.wasi_http_types import (
     ErrorCode,
     Fields,
     Method,
-    Method_Other,
     Request,
     Response,
     Scheme_Http,
@@ -128,10 +127,8 @@ async def wait_ms(ms: int) -> None:
 
 
 def method_name(method: Method) -> str:
-    """The method as p3raw writes it (`format!("{:?}", method).to_uppercase()`)."""
-    if isinstance(method, Method_Other):
-        return f"Other({rust_str(method.value)})".upper()
-    return type(method).__name__.split("_", 1)[1].upper()
+    """The method as p3raw writes it (`format!("{:?}", method).to_uppercase()`: `METHOD::GET`)."""
+    return rust_debug(method).upper()
 
 
 def rust_str(s: str) -> str:
@@ -166,12 +163,15 @@ def rust_debug(value, optional: bool = False) -> str:
 
 
 async def body_of(response: Response) -> bytes:
-    """The body of `response`, read whole."""
-    rx = Response.consume_body(response, unit_future())[0]
+    """The body of `response`, read whole. The `res` future of `consume-body` is resolved only
+    once it is read (as p3raw's `_tx` lives on): resolved sooner, the host ends the body."""
+    done_tx, done_rx = wit_world.result_unit_wasi_http_types_error_code_future(lambda: Ok(None))
+    rx, trailers = Response.consume_body(response, done_rx)
     out = bytearray()
-    with rx:
+    with rx, trailers:
         while not rx.writer_dropped:
             out += await rx.read(CHUNK)
+    componentize_py_async_support.spawn(done_tx.write(Ok(None)))
     return bytes(out)
 
 
@@ -201,7 +201,8 @@ async def fetch(target: str) -> Response:
 
 
 async def drip(request: Request) -> Response:
-    body, trailers = Request.consume_body(request, unit_future())
+    done_tx, done_rx = wit_world.result_unit_wasi_http_types_error_code_future(lambda: Ok(None))
+    body, trailers = Request.consume_body(request, done_rx)
     lines = ""
     with body:
         while not body.writer_dropped:
@@ -215,6 +216,7 @@ async def drip(request: Request) -> Response:
         lines += "end\n"
     else:
         lines += f"error: {rust_debug(got.value)}\n"
+    componentize_py_async_support.spawn(done_tx.write(Ok(None)))
     return text(200, lines.encode())
 
 

@@ -105,6 +105,29 @@ impl Runtime {
             .map_err(String::as_str)
     }
 
+    /// The imports and exports of the component at `path`, as the engine that would run it
+    /// sees them (the second engine's for a WASI 0.3 component); `None` if it is no component
+    /// either engine compiles.
+    pub fn interfaces(&self, path: &std::path::Path) -> Option<(Vec<String>, Vec<String>)> {
+        let list = |engine: &Engine| {
+            let component = wasmtime::component::Component::from_file(engine, path).ok()?;
+            let ty = component.component_type();
+            let imports = ty
+                .imports(engine)
+                .map(|(name, _)| name.to_owned())
+                .collect();
+            let exports = ty
+                .exports(engine)
+                .map(|(name, _)| name.to_owned())
+                .collect();
+            Some((imports, exports))
+        };
+        list(&self.engine).or_else(|| {
+            let concurrent = self.concurrent().ok()?;
+            list(&concurrent.engine)
+        })
+    }
+
     /// The compiled-code cache's hits and misses so far.
     pub(crate) fn cache_counts(&self) -> (usize, usize) {
         self.cache
