@@ -165,7 +165,7 @@ pub(crate) async fn serve(
 
 /// Whether a request should wait for an instance being made rather than make one: counts of
 /// the instances being made and of those accepting requests, kept by the instances (see
-/// [`Worker::should_accept_request`]).
+/// `Worker::should_accept_request`).
 #[derive(Debug, Default)]
 pub(crate) struct Warming {
     /// Instances being made, or made and not yet asked for a request.
