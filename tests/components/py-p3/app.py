@@ -17,7 +17,7 @@ routes answer as `tests/plugins/p3raw` does (the texts say "python"):
 - `/fetch?url=http://host:port/path`: a GET through `wasi:http/client`; answers
   `fetched STATUS: BODY`, or 502 and the error code
 - `/drip`: the sizes of the reads of the request body, its trailers, then `end`
-- `/count`: the requests this instance has served
+- `/count`: how many times this instance has been asked `/count` (p3raw's `count()`)
 - `/sleep?ms=M`: `slept` after M milliseconds
 - `/trap`: raises, so the instance traps
 - anything else: 404
@@ -47,6 +47,7 @@ TEXT = [("content-type", b"text/plain")]
 # The most one stream write carries (a bigger body is written in pieces of this size).
 CHUNK = 64 * 1024
 ALPHABET = bytes(range(ord("a"), ord("a") + 26))
+# The `/count` requests this instance has answered.
 served = 0
 
 
@@ -163,8 +164,8 @@ def rust_debug(value, optional: bool = False) -> str:
 
 
 async def body_of(response: Response) -> bytes:
-    """The body of `response`, read whole. The `res` future of `consume-body` is resolved only
-    once it is read (as p3raw's `_tx` lives on): resolved sooner, the host ends the body."""
+    """The body of `response`, read whole; the `res` future of `consume-body` is resolved, and
+    the trailers future dropped, once it is (as p3raw's `_tx` and `_trailers` live on)."""
     done_tx, done_rx = wit_world.result_unit_wasi_http_types_error_code_future(lambda: Ok(None))
     rx, trailers = Response.consume_body(response, done_rx)
     out = bytearray()
@@ -182,7 +183,9 @@ async def fetch(target: str) -> Response:
     rest = url[len("http://") :] if url.startswith("http://") else url
     slash = rest.find("/")
     authority, path = (rest, "/") if slash < 0 else (rest[:slash], rest[slash:])
-    outbound = Request.new(Fields(), None, no_trailers(), None)[0]
+    # `sent` (the request's transmission result) is held until the answer is read, as p3raw's
+    # `_sent` is: dropped at once, the host ends the response body before it arrives.
+    outbound, sent = Request.new(Fields(), None, no_trailers(), None)
     for setter, value in (
         (outbound.set_scheme, Scheme_Http()),
         (outbound.set_authority, authority),
@@ -197,7 +200,9 @@ async def fetch(target: str) -> Response:
     except Err as e:
         return text(502, f"fetch failed: {rust_debug(e.value)}\n".encode())
     status = response.get_status_code()
-    return text(200, f"fetched {status}: ".encode() + await body_of(response))
+    with sent:
+        body = await body_of(response)
+    return text(200, f"fetched {status}: ".encode() + body)
 
 
 async def drip(request: Request) -> Response:
@@ -238,8 +243,6 @@ async def stream(target: str) -> Response:
 
 class Handler(exports.Handler):
     async def handle(self, request: Request) -> Response:
-        global served
-        served += 1
         target = request.get_path_with_query() or "/"
         path = target.split("?", 1)[0]
         if path == "/":
@@ -282,6 +285,8 @@ class Handler(exports.Handler):
         if path == "/drip":
             return await drip(request)
         if path == "/count":
+            global served
+            served += 1
             return text(200, f"{served}\n".encode())
         if path == "/sleep":
             await wait_ms(number(target, "ms"))
