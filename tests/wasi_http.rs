@@ -64,21 +64,20 @@ fn run_build(mut command: Command, what: &str) {
 /// `pyhttp.wasm`, built once per test run with componentize-py.
 fn pyhttp() -> Option<PathBuf> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
-    python_component(&BUILT, "py-http", "pyhttp.wasm")
+    python_component(&BUILT, ["py-http", "../wit", "proxy", "pyhttp"])
 }
 
 /// `pyp3.wasm` (WASI 0.3), built once per test run with componentize-py.
 pub fn pyp3() -> Option<PathBuf> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
-    python_component(&BUILT, "py-p3", "pyp3.wasm")
+    python_component(&BUILT, ["py-p3", "wit", "service", "pyp3"])
 }
 
-/// `file`, built once per test run (kept in `built`) by `tests/components/DIR/build.sh`
-/// with componentize-py.
+/// `NAME.wasm`, built once per test run (kept in `built`) from `tests/components/DIR/app.py`
+/// by `tests/components/build-py.sh DIR WIT WORLD NAME` with componentize-py.
 fn python_component(
     built: &'static OnceLock<Option<PathBuf>>,
-    dir: &str,
-    file: &str,
+    [dir, wit, world, name]: [&str; 4],
 ) -> Option<PathBuf> {
     built
         .get_or_init(|| {
@@ -88,11 +87,10 @@ fn python_component(
                     "componentize-py not found (see plugins/py/requirements.txt)",
                 );
             }
-            let script = format!("tests/components/{dir}/build.sh");
-            let mut build = Command::new(root().join(&script));
-            build.arg(built_dir());
-            run_build(build, &script);
-            Some(built_dir().join(file))
+            let mut build = Command::new(root().join("tests/components/build-py.sh"));
+            build.args([dir, wit, world, name]).arg(built_dir());
+            run_build(build, &format!("tests/components/build-py.sh {dir}"));
+            Some(built_dir().join(format!("{name}.wasm")))
         })
         .clone()
 }

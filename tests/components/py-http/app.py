@@ -1,6 +1,6 @@
 """A wasi:http/proxy component in Python, built with componentize-py (no ankh SDK).
 
-Build: tests/components/py-http/build.sh OUT_DIR (writes OUT_DIR/pyhttp.wasm).
+Build: tests/components/build-py.sh py-http ../wit proxy pyhttp OUT_DIR (writes OUT_DIR/pyhttp.wasm).
 
 Written the way componentize-py's own wasi:http example is shaped: an `IncomingHandler`
 class exported for the world, answering through `ResponseOutparam.set` and an outgoing body

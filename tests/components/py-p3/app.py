@@ -1,6 +1,6 @@
 """A WASI 0.3 wasi:http/service component in Python, built with componentize-py (no ankh SDK).
 
-Build: tests/components/py-p3/build.sh OUT_DIR (writes OUT_DIR/pyp3.wasm).
+Build: tests/components/build-py.sh py-p3 wit service pyp3 OUT_DIR (writes OUT_DIR/pyp3.wasm).
 
 Written the way componentize-py's own `http-p3` example is shaped: a `Handler` class whose
 `async def handle` is the world's `wasi:http/handler@0.3.0` export, with bodies as
