@@ -18,11 +18,14 @@
 //! the access log, the response writer with its gzip, HEAD and streaming rules), which waits
 //! for the instance's answer and then streams its body.
 //!
-//! **A cold start makes one instance, not one per request.** [`ProxyHandler`] makes a new
+//! **A cold start makes few instances, not one per request.** [`ProxyHandler`] makes a new
 //! instance for every request that finds none accepting, so a burst on a plugin with no
 //! instance (at its first request, or after its instances went idle) would make one per
 //! request while the first is still being made. [`Warming`] holds such requests back, as many
-//! as the instances being made will take at once, until one of them accepts.
+//! as the instances being made will take at once, until one of them accepts. It is not exact:
+//! an instance takes no request while its guest computes (wasmtime's rule, which spreads
+//! CPU-bound requests over instances), so the requests let through together may still start
+//! a few more.
 //!
 //! **Bounds.** Each instance's memory is capped by its store's limiter, as every instance's
 //! is; a request that gives no response within the handler timeout gets a 504 and the instance
