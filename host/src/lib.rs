@@ -15,7 +15,7 @@
 
 // The library's public items are what the binary, the tests and the benches use; everything
 // else is `pub(crate)`, so the compiler sees dead code. Its docs are for contributors and are
-// built with `--document-private-items` (`.ci/run`): they link to private items freely.
+// built with `--document-private-items` (docs/testing.md): they link to private items freely.
 #![allow(rustdoc::private_intra_doc_links)]
 
 // Every bound, in one place.
@@ -70,3 +70,8 @@ mod metrics;
 mod reload;
 pub mod server;
 pub mod settings;
+
+// The fuzz targets' bodies: built for cargo-fuzz (`--cfg fuzzing`) and for the unit test that
+// runs them on their seeds.
+#[cfg(any(test, fuzzing))]
+pub mod fuzzing;
