@@ -110,6 +110,11 @@ pub struct ServeConfig {
     pub admin: Option<SocketAddr>,
     /// Where to write the listening address once the server accepts connections.
     pub ready_file: Option<PathBuf>,
+    /// The secrets file or directory plugins' values are read from (see
+    /// [`crate::runtime::engine::values`]).
+    pub secrets: Option<PathBuf>,
+    /// Plugins' values given in the config file (`[[values]]`): plugin, name, value.
+    pub values: Vec<BTreeMap<String, String>>,
     /// What goes to stderr, and how.
     pub log: LogConfig,
     /// The config file that was read, if any.
@@ -161,6 +166,8 @@ impl ServeConfig {
             cache_dir: None,
             admin: None,
             ready_file: None,
+            secrets: None,
+            values: Vec::new(),
             log: LogConfig {
                 json: false,
                 access_log: false,
@@ -169,6 +176,34 @@ impl ServeConfig {
             source: None,
         }
     }
+}
+
+/// The plugins' values a config file gives (`[[values]]`), by plugin and name: read again
+/// when the file changes or on SIGHUP. Its errors name the file and the line, never a value.
+pub(crate) fn file_values(
+    path: &Path,
+) -> anyhow::Result<std::collections::HashMap<String, std::collections::HashMap<String, String>>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let given = settings::load_file(&SETTINGS, path, &text).map_err(|e| match e {
+        // The parser quotes the offending line, which may hold a value: only where.
+        SettingsError::Syntax { path, .. } => {
+            anyhow::anyhow!("{} is not valid TOML", path.display())
+        }
+        other => anyhow::anyhow!("{other}"),
+    })?;
+    let mut out: std::collections::HashMap<String, std::collections::HashMap<String, String>> =
+        Default::default();
+    for (key, value, _) in given {
+        if let ("values", Value::Tables(rows)) = (key, value) {
+            for row in rows {
+                out.entry(row["plugin"].clone())
+                    .or_default()
+                    .insert(row["name"].clone(), row["value"].clone());
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A bad configuration value, with where it came from.
@@ -513,6 +548,47 @@ static SERVER: &[Setting<ServeConfig>] = &[
         default: || Value::Unset,
         apply: |c, v| set(&mut c.ready_file, v.path()),
         read: |c| c.ready_file.clone().map_or(Value::Unset, Value::Path),
+    },
+    Setting {
+        key: "secrets",
+        flag: Flag::Value {
+            long: "secrets",
+            short: None,
+        },
+        kind: Kind::Path,
+        doc: "Plugins' secret values: a TOML file with a table per plugin, or a directory of DIR/PLUGIN/NAME files; refused while its group or others may read it (re-read on SIGHUP and when it changes)",
+        default: || Value::Unset,
+        apply: |c, v| set(&mut c.secrets, v.path()),
+        read: |c| c.secrets.clone().map_or(Value::Unset, Value::Path),
+    },
+    Setting {
+        key: "values",
+        flag: Flag::None,
+        kind: Kind::Tables {
+            keys: &["plugin", "name", "value"],
+            optional: &[],
+        },
+        doc: "Plugins' configuration values, each { plugin, name, value } (a plugin reads those its policy declares); never printed",
+        default: || Value::Unset,
+        apply: |c, v| {
+            if let Value::Tables(rows) = v {
+                c.values = rows;
+            }
+            Ok(())
+        },
+        // Which plugin has which value, not the value: it may be a secret.
+        read: |c| {
+            Value::Tables(
+                c.values
+                    .iter()
+                    .map(|row| {
+                        let mut row = row.clone();
+                        row.insert("value".to_owned(), "(not shown)".to_owned());
+                        row
+                    })
+                    .collect(),
+            )
+        },
     },
     Setting {
         key: "log.format",

@@ -379,6 +379,15 @@ pub const WS_MAX_TOPIC_BYTES: usize = 256;
 /// Most topics one connection may subscribe to.
 pub const WS_MAX_TOPICS_PER_CONNECTION: usize = 64;
 
+/// Most configuration values one plugin may declare (`[[config]]` in its policy).
+pub const CONFIG_VALUES_PER_PLUGIN: usize = 256;
+
+/// Longest configuration value, in bytes, from any source: a longer one refuses the plugin.
+pub const CONFIG_VALUE_MAX_BYTES: usize = 64 * 1024;
+
+/// Largest secrets file (`--secrets FILE`), or file of a secrets directory, ankh reads.
+pub const SECRETS_FILE_MAX_BYTES: u64 = 1024 * 1024;
+
 /// A configuration that holds a set of [`Limits`]: the server's, or a plugin policy's (which
 /// starts from the server's). Lets one declaration of each limit (`config::limit_settings`)
 /// read and write both.

@@ -78,6 +78,8 @@ struct Slot {
     next: Option<Action>,
     /// The digest of the version last tried: mounted, or refused while another kept serving.
     digest: Option<u64>,
+    /// Its file, once a load was asked for.
+    path: Option<PathBuf>,
 }
 
 #[derive(Default)]
@@ -200,10 +202,18 @@ impl Loads {
         let Ok(bytes) = std::fs::read(path) else {
             return;
         };
-        let digest = version_digest(path, &bytes);
+        // Its values are part of its version: a change to them reloads it.
+        let digest = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            version_digest(path, &bytes).hash(&mut h);
+            self.runtime.config.values.fingerprint(name).hash(&mut h);
+            h.finish()
+        };
         let mut state = self.lock();
         let startup = state.startup.is_some();
         let slot = state.slots.entry(name.to_owned()).or_default();
+        slot.path = Some(path.to_owned());
         if slot.digest == Some(digest) {
             return;
         }
@@ -223,6 +233,22 @@ impl Loads {
                 bytes: size,
             },
         );
+    }
+
+    /// Loads again every plugin a load was asked for whose version (code, policy or values)
+    /// changed since.
+    pub(crate) fn reload_all(self: &Arc<Self>) {
+        let paths: Vec<PathBuf> = self
+            .lock()
+            .slots
+            .values()
+            .filter_map(|slot| slot.path.clone())
+            .collect();
+        for path in paths {
+            if path.exists() {
+                self.load(&path);
+            }
+        }
     }
 
     /// Unmounts the plugin whose file was `path`, after any load of it in flight.

@@ -112,7 +112,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             let server = Server::bind(&config)?;
             let mounted = server.registry.snapshot().len();
-            handle_signals(server.stop_handle())?;
+            handle_signals(server.stop_handle(), server.values_handle())?;
             tracing::info!(
                 workers = config.workers,
                 io_threads = config.io_threads,
@@ -150,7 +150,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // Serve at once; the first build runs on the dev thread and its results are
             // swapped in by hot reload as they land.
             let server = Server::bind(&config)?;
-            handle_signals(server.stop_handle())?;
+            handle_signals(server.stop_handle(), server.values_handle())?;
             let (src, release) = (args.src.clone(), !args.debug);
             std::thread::Builder::new()
                 .name("ankh-dev".into())
@@ -197,14 +197,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// SIGTERM or SIGINT starts a graceful drain; a second one stops at once.
-fn handle_signals(handle: StopHandle) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+/// SIGTERM or SIGINT starts a graceful drain; a second one stops at once. SIGHUP reads the
+/// plugins' values again.
+fn handle_signals(handle: StopHandle, values: ankh::server::ValuesHandle) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
     std::thread::Builder::new()
         .name("ankh-signals".into())
         .spawn(move || {
-            for (n, signal) in signals.forever().enumerate() {
+            let mut stops = 0;
+            for signal in signals.forever() {
+                if signal == SIGHUP {
+                    tracing::info!("SIGHUP received: reading plugins' values again");
+                    values.reread("SIGHUP");
+                    continue;
+                }
+                let n = stops;
+                stops += 1;
                 let name = if signal == SIGTERM {
                     "SIGTERM"
                 } else {

@@ -171,3 +171,114 @@ impl State {
         }
     }
 }
+
+/// Asks for plugins' values to be read again (what SIGHUP does).
+#[derive(Debug, Clone)]
+pub struct ValuesHandle(mpsc::Sender<ValuesEvent>);
+
+impl ValuesHandle {
+    /// Re-reads the secrets file and the config file's values; plugins whose values changed
+    /// are reloaded.
+    pub fn reread(&self, why: &'static str) {
+        let _ = self.0.send(ValuesEvent::Asked(why));
+    }
+}
+
+enum ValuesEvent {
+    Asked(&'static str),
+    File(notify::Result<notify::Event>),
+}
+
+/// Keeps the values' watcher and thread alive.
+pub(crate) struct ValuesWatch {
+    _watcher: Option<notify::RecommendedWatcher>,
+    _thread: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for ValuesWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ValuesWatch").finish_non_exhaustive()
+    }
+}
+
+/// Re-reads plugins' values (see [`crate::runtime::engine::values`]) when asked, and, with
+/// `watch`, when the secrets file (or a file under the secrets directory) or the config file
+/// changes; then reloads every plugin whose values changed, as a plugin file's change would.
+pub(crate) fn watch_values(
+    loads: Arc<Loads>,
+    sources: Arc<crate::runtime::engine::values::Sources>,
+    watch: bool,
+) -> anyhow::Result<(ValuesWatch, ValuesHandle)> {
+    let (tx, rx) = mpsc::channel::<ValuesEvent>();
+    // Absolute, as the watcher's events name them.
+    let files: Vec<PathBuf> = sources
+        .files()
+        .map(|f| std::path::absolute(f).unwrap_or_else(|_| f.to_owned()))
+        .collect();
+    let watcher = if watch && !files.is_empty() {
+        let events = tx.clone();
+        let mut watcher = notify::recommended_watcher(move |event| {
+            let _ = events.send(ValuesEvent::File(event));
+        })
+        .context("cannot start the file watcher")?;
+        for file in &files {
+            // Editors and secret managers replace files, so the directory is watched.
+            let (target, mode) = if file.is_dir() {
+                (file.clone(), RecursiveMode::Recursive)
+            } else {
+                let parent = file.parent().unwrap_or(Path::new("/"));
+                (parent.to_owned(), RecursiveMode::NonRecursive)
+            };
+            watcher
+                .watch(&target, mode)
+                .with_context(|| format!("cannot watch {}", target.display()))?;
+        }
+        Some(watcher)
+    } else {
+        None
+    };
+    let thread = std::thread::Builder::new()
+        .name("ankh-values".into())
+        .spawn(move || {
+            let relevant = |event: &notify::Event| {
+                event.paths.iter().any(|p| {
+                    files
+                        .iter()
+                        .any(|f| p == f || (f.is_dir() && p.starts_with(f)))
+                })
+            };
+            while let Ok(first) = rx.recv() {
+                let mut why = match first {
+                    ValuesEvent::Asked(why) => why,
+                    ValuesEvent::File(Ok(event)) if relevant(&event) => "a values file changed",
+                    ValuesEvent::File(_) => continue,
+                };
+                // A burst of writes settles first; a SIGHUP within it is what it is said to be.
+                loop {
+                    match rx.recv_timeout(DEBOUNCE) {
+                        Ok(ValuesEvent::Asked(asked)) => why = asked,
+                        Ok(ValuesEvent::File(_)) => continue,
+                        Err(RecvTimeoutError::Timeout) => break,
+                        Err(RecvTimeoutError::Disconnected) => return,
+                    }
+                }
+                match sources.reread() {
+                    Ok(()) => {
+                        tracing::info!("plugins' values read again ({why})");
+                        loads.reload_all();
+                    }
+                    Err(e) => tracing::error!(
+                        "cannot read plugins' values again ({why}): {e:#}; the values read before stay"
+                    ),
+                }
+            }
+        })
+        .context("cannot start the values thread")?;
+    Ok((
+        ValuesWatch {
+            _watcher: watcher,
+            _thread: thread,
+        },
+        ValuesHandle(tx),
+    ))
+}

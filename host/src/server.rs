@@ -1,5 +1,6 @@
 //! Putting the pipeline together: listener, runtime, plugins, pool, event loop.
 
+pub use crate::reload::ValuesHandle;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -29,6 +30,8 @@ pub struct Server {
     stop: StopHandle,
     ready_file: Option<std::path::PathBuf>,
     _reloader: Option<crate::reload::Reloader>,
+    _values: crate::reload::ValuesWatch,
+    values_handle: crate::reload::ValuesHandle,
 }
 
 impl std::fmt::Debug for Server {
@@ -77,6 +80,11 @@ impl Server {
         let store = crate::kv::Store::open(&config.kv, &config.data_dir)?;
         let metrics = Arc::new(Metrics::default());
         metrics.attach_kv(store.stats());
+        // Plugins' values: a secrets file others may read stops the start, naming it.
+        let values = Arc::new(crate::runtime::engine::values::Sources::new(
+            config.secrets.clone(),
+            config.source.clone(),
+        )?);
         let runtime = Runtime::new(
             RuntimeConfig {
                 limits: config.limits.clone(),
@@ -84,6 +92,7 @@ impl Server {
                 cache_dir: config.cache_dir.clone(),
                 store: store.clone(),
                 wasi_p3: config.wasi_p3,
+                values: values.clone(),
             },
             metrics.clone(),
         )
@@ -101,6 +110,8 @@ impl Server {
         } else {
             None
         };
+        let (values_watch, values_handle) =
+            crate::reload::watch_values(loads.clone(), values.clone(), config.watch)?;
         loads
             .load_dir(dir)
             .with_context(|| format!("cannot read plugins directory {}", dir.display()))?;
@@ -189,12 +200,19 @@ impl Server {
             stop,
             ready_file: config.ready_file.clone(),
             _reloader: reloader,
+            _values: values_watch,
+            values_handle,
         })
     }
 
     /// A handle that stops [`run`](Server::run) from another thread.
     pub fn stop_handle(&self) -> StopHandle {
         self.stop.clone()
+    }
+
+    /// What re-reads plugins' values (SIGHUP).
+    pub fn values_handle(&self) -> ValuesHandle {
+        self.values_handle.clone()
     }
 
     /// Serves on the calling thread until stopped or drained. Writes the ready file first.

@@ -40,6 +40,12 @@ pub(crate) fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report>
             // Checking runs start code only: it must not touch (or lock) the server's data.
             store: ankh::kv::Store::memory(),
             wasi_p3: config.wasi_p3,
+            // The values the server would give it (a required one missing refuses it there
+            // too); their names are reported, never the values.
+            values: std::sync::Arc::new(ankh::runtime::engine::values::Sources::new(
+                config.secrets.clone(),
+                config.source.clone(),
+            )?),
         },
         Default::default(),
     )
@@ -252,6 +258,17 @@ fn describe(policy: &Policy, loaded: Loaded, text: &mut String) {
             text,
             "                 no filesystem, network or environment"
         );
+    }
+    // The values it reads: names and kinds, never a value.
+    for value in &policy.config {
+        let kind = match (value.secret, value.required, &value.default) {
+            (true, true, _) => "secret, required".to_owned(),
+            (true, false, _) => "secret".to_owned(),
+            (false, true, _) => "required".to_owned(),
+            (false, false, Some(_)) => "with a default".to_owned(),
+            (false, false, None) => "optional".to_owned(),
+        };
+        let _ = writeln!(text, "  value:         {} ({kind})", value.name);
     }
 }
 

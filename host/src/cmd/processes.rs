@@ -7,8 +7,8 @@
 //! holds the port (a bound socket that never listens, so a child restarted on port 0's
 //! choice gets the same port), starts each child with the same command line plus
 //! `--processes 1 --reuse-port --listen ADDR`, restarts a child that dies (at most once a
-//! second each), writes the ready file once every child is ready, and passes SIGTERM and
-//! SIGINT on, so a drain drains every child. An `--admin` port P gives child i port P + i.
+//! second each), writes the ready file once every child is ready, and passes SIGTERM,
+//! SIGINT (and SIGHUP) on, so a drain drains every child. An `--admin` port P gives child i port P + i.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -217,23 +217,26 @@ fn children() -> std::sync::MutexGuard<'static, Vec<u32>> {
     CHILDREN.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Passes SIGTERM and SIGINT on to every child, and notes that the supervisor is stopping.
+/// Passes SIGTERM and SIGINT on to every child, and notes that the supervisor is stopping;
+/// passes SIGHUP on (each child reads its plugins' values again).
 fn forward_signals(stopping: &Arc<AtomicBool>, pids: Vec<u32>) -> anyhow::Result<()> {
     use rustix::process::{Pid, Signal, kill_process};
-    use signal_hook::consts::{SIGINT, SIGTERM};
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     *children() = pids;
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
     let stopping = stopping.clone();
     std::thread::Builder::new()
         .name("ankh-signals".into())
         .spawn(move || {
             for signal in signals.forever() {
-                stopping.store(true, Ordering::Release);
-                let (name, signal) = if signal == SIGTERM {
-                    ("SIGTERM", Signal::TERM)
-                } else {
-                    ("SIGINT", Signal::INT)
+                let (name, signal) = match signal {
+                    SIGTERM => ("SIGTERM", Signal::TERM),
+                    SIGINT => ("SIGINT", Signal::INT),
+                    _ => ("SIGHUP", Signal::HUP),
                 };
+                if signal != Signal::HUP {
+                    stopping.store(true, Ordering::Release);
+                }
                 tracing::info!("{name} received: passing it to every process");
                 for pid in children().iter() {
                     if let Some(pid) = i32::try_from(*pid).ok().and_then(Pid::from_raw) {

@@ -93,6 +93,7 @@ impl Concurrent {
         wasmtime_wasi::p3::add_to_linker(&mut linker)?;
         wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
         crate::runtime::host::kv::add_to_linker(&mut linker)?;
+        super::add_config_to_linker(&mut linker)?;
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let tokio = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(cores)

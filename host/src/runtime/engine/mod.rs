@@ -14,6 +14,7 @@ pub mod plugin;
 pub mod policy;
 pub(crate) mod proxy;
 pub mod registry;
+pub mod values;
 pub(crate) mod wasi;
 pub(crate) mod world;
 
@@ -51,6 +52,8 @@ pub struct RuntimeConfig {
     pub store: crate::kv::Store,
     /// Serve WASI 0.3 components (on a second engine, made when the first one loads).
     pub wasi_p3: bool,
+    /// Where plugins' configuration values come from.
+    pub values: Arc<values::Sources>,
 }
 
 impl RuntimeConfig {
@@ -62,6 +65,7 @@ impl RuntimeConfig {
             cache_dir: None,
             store,
             wasi_p3: true,
+            values: Arc::new(values::Sources::none()),
         }
     }
 }
@@ -192,6 +196,7 @@ impl Runtime {
         crate::runtime::host::v02::add_to_linker(&mut linker)?;
         crate::runtime::host::legacy::add_to_linker(&mut linker)?;
         crate::runtime::host::kv::add_to_linker(&mut linker)?;
+        add_config_to_linker(&mut linker)?;
         let ticker = EpochTicker::start(engine.clone(), EPOCH_TICK)
             .context("cannot start the epoch ticker thread")?;
         Ok(Arc::new(Runtime {
@@ -301,4 +306,13 @@ impl Drop for EpochTicker {
             let _ = t.join();
         }
     }
+}
+
+/// `wasi:config/store`: each store reads its own plugin's values (see [`values`]).
+pub(crate) fn add_config_to_linker(
+    linker: &mut Linker<crate::runtime::sandbox::store::HostState>,
+) -> wasmtime::Result<()> {
+    wasmtime_wasi_config::add_to_linker(linker, |s| {
+        wasmtime_wasi_config::WasiConfig::from(&*s.config)
+    })
 }

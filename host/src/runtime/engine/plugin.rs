@@ -97,6 +97,8 @@ struct StoreKit {
     outbound: Arc<crate::runtime::host::outbound::Outbound>,
     /// How many writes a wasi:http body stream may buffer.
     body_buffer_chunks: usize,
+    /// Its configuration values (`wasi:config/store`).
+    values: Arc<wasmtime_wasi_config::WasiConfigVariables>,
 }
 
 impl StoreKit {
@@ -104,7 +106,7 @@ impl StoreKit {
     fn store(&self, ws: Option<Arc<dyn WebSockets>>) -> Store<HostState> {
         let tags = LogTags::new(self.name.clone(), self.log_budget.clone());
         let wasi = crate::runtime::engine::wasi::context(&self.policy, &self.limits, &tags);
-        let state = HostState::new(
+        let mut state = HostState::new(
             wasi,
             tags,
             self.kv.clone(),
@@ -116,6 +118,7 @@ impl StoreKit {
                 body_buffer_chunks: self.body_buffer_chunks,
             },
         );
+        state.config = self.values.clone();
         let mut store = Store::new(&self.engine, state);
         if self.p3 {
             concurrent::configure_store(&mut store);
@@ -202,6 +205,11 @@ impl Plugin {
         let server = &runtime.config.limits;
         let policy =
             Policy::for_plugin(path, name, server).map_err(|e| LoadError::Policy(e.message))?;
+        let values = runtime
+            .config
+            .values
+            .resolve(name, &policy.config)
+            .map_err(|why| LoadError::Policy(format!("plugin {name}: {why}")))?;
         let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
             path: path.to_owned(),
             source,
@@ -302,13 +310,17 @@ impl Plugin {
             engine: engine.clone(),
             p3: matches!(pre, Pre::Service(..)),
             name: name.clone(),
-            log_budget: crate::runtime::host::stdio::LogBudget::new(metrics.clone()),
+            log_budget: crate::runtime::host::stdio::LogBudget::new(
+                metrics.clone(),
+                values.secrets.clone(),
+            ),
             policy: policy.clone(),
             limits: limits.clone(),
             kv: kv.clone(),
             metrics: metrics.clone(),
             outbound: outbound.clone(),
             body_buffer_chunks,
+            values: values.vars.clone(),
         });
         let service = match &pre {
             Pre::Service(service_pre, _) => {

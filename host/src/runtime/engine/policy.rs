@@ -21,6 +21,15 @@
 //! http = ["https://api.example.com", "https://*.example.org"]  # outbound HTTP to these origins
 //! precise_clocks = true               # clocks at full resolution (default: 100 µs steps)
 //!
+//! [[config]]                          # a value the plugin reads (wasi:config/store)
+//! name = "api_key"                    # [a-z][a-z0-9_]*, each once
+//! secret = true                       # never logged or printed; no default in this file
+//! required = true                     # missing: the plugin is refused, the others serve
+//!
+//! [[config]]
+//! name = "greeting"
+//! default = "hello"                   # when no source gives one (see engine::values)
+//!
 //! [instances]
 //! mode = "reuse"                      # or "fresh": a new instance for every request
 //! recycle_after = 10000               # replace a reused instance after this many calls (WASI 0.3: 128)
@@ -73,6 +82,8 @@ pub struct Policy {
     pub max_idle_instances: usize,
     /// Requests one instance of a WASI 0.3 component serves at once.
     pub concurrent_requests: usize,
+    /// The configuration values it declares (`[[config]]`).
+    pub config: Vec<crate::runtime::engine::values::Declared>,
     /// The policy file, if there was one.
     pub source: Option<PathBuf>,
     /// Entries of `capabilities.dirs` as written, checked once the file is read.
@@ -209,6 +220,24 @@ static OWN: &[Setting<Policy>] = &[
             set(&mut p.env, env)
         },
         read: |p| Value::List(p.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+    },
+    Setting {
+        key: "config",
+        flag: Flag::None,
+        kind: Kind::Tables {
+            keys: &["name", "default", "secret", "required"],
+            optional: &["default", "secret", "required"],
+        },
+        doc: "Configuration values the plugin reads, each { name, default, secret, required }; resolved from the environment, the secrets file, the server's config file, then the default",
+        default: || Value::Unset,
+        apply: |p, v| {
+            let Value::Tables(rows) = v else {
+                return Ok(());
+            };
+            let declared = crate::runtime::engine::values::declare(&rows)?;
+            set(&mut p.config, declared)
+        },
+        read: |p| Value::Tables(p.config.iter().map(|d| d.row()).collect()),
     },
     Setting {
         key: "capabilities.dirs",
@@ -360,6 +389,7 @@ impl Policy {
             recycle_growth_bytes: crate::limits::INSTANCE_RECYCLE_GROWTH_BYTES,
             max_idle_instances: crate::limits::INSTANCES_IDLE_PER_PLUGIN,
             concurrent_requests: crate::limits::P3_CONCURRENT_REQUESTS,
+            config: Vec::new(),
             source: None,
             dir_entries: Vec::new(),
         }

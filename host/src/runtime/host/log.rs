@@ -16,12 +16,14 @@ impl log::Host for HostState {
         let plugin = &**self.plugin();
         let request = format_args!("{:016x}", self.tags.request());
         let cap = self.limits.log_message_bytes;
+        let message = self.tags.mask(&message);
         let message = printable(&message, cap);
         let mut budget = cap;
         let fields = fields
             .iter()
             .map_while(|(k, v)| {
-                let field = format!("{}={:?}", printable(k, budget), printable(v, budget));
+                let (k, v) = (self.tags.mask(k), self.tags.mask(v));
+                let field = format!("{}={:?}", printable(&k, budget), printable(&v, budget));
                 budget = budget.checked_sub(field.len())?;
                 Some(field)
             })

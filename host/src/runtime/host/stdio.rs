@@ -36,6 +36,11 @@ impl LogTags {
         })
     }
 
+    /// `text` with the plugin's secrets masked.
+    pub(crate) fn mask<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        crate::runtime::engine::values::mask(text, &self.budget.secrets)
+    }
+
     /// The id of the request being handled, 0 outside a request.
     pub(crate) fn request(&self) -> u64 {
         self.request.load(Ordering::Relaxed)
@@ -73,14 +78,20 @@ impl LogTags {
 #[derive(Debug)]
 pub(crate) struct LogBudget {
     limit: LogLimit,
+    /// The plugin's secret values, masked wherever its lines hold them.
+    secrets: Arc<[String]>,
     /// Where the dropped lines are counted.
     metrics: Arc<crate::metrics::PluginMetrics>,
 }
 
 impl LogBudget {
-    pub(crate) fn new(metrics: Arc<crate::metrics::PluginMetrics>) -> Arc<Self> {
+    pub(crate) fn new(
+        metrics: Arc<crate::metrics::PluginMetrics>,
+        secrets: Arc<[String]>,
+    ) -> Arc<Self> {
         Arc::new(LogBudget {
             limit: LogLimit::with_burst(u64::from(GUEST_LOG_LINES_PER_SECOND)),
+            secrets,
             metrics,
         })
     }
@@ -164,7 +175,8 @@ impl LineWriter {
             self.partial.clear();
             return;
         }
-        let line = printable(line, GUEST_LOG_LINE_BYTES);
+        let line = self.out.tags.mask(line);
+        let line = printable(&line, GUEST_LOG_LINE_BYTES);
         tracing::info!(
             target: "ankh::plugin",
             plugin = %self.out.tags.plugin,

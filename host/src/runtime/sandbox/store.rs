@@ -33,6 +33,8 @@ pub struct HostState {
     pub(crate) watch: Watch,
     /// This plugin's key-value namespace (see [`crate::runtime::host::kv`]).
     pub(crate) kv: Namespace,
+    /// This plugin's configuration values, and no other's (`wasi:config/store`).
+    pub(crate) config: Arc<wasmtime_wasi_config::WasiConfigVariables>,
     /// Every bound of this plugin's instances and calls.
     pub(crate) limits: Arc<GuestLimits>,
     pub(crate) tags: Arc<LogTags>,
@@ -68,6 +70,7 @@ impl HostState {
             budget: CpuBudget::new(limits.cpu_deadline),
             watch: Watch::new(limits.handler_timeout),
             kv,
+            config: Arc::default(),
             limits,
             tags,
             call: None,
