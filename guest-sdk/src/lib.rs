@@ -82,6 +82,7 @@ pub mod bindings {
     });
 }
 
+pub mod config;
 mod exchange;
 mod export;
 pub mod http;
@@ -107,8 +108,8 @@ pub use wit::{HttpVersion, RespondError};
 pub mod prelude {
     pub use crate::ws::{self, WebSocketHandler};
     pub use crate::{
-        BodyWriter, IntoOutcome, JsonError, Outcome, Request, Response, Router, StreamError, http,
-        kv, log, sse,
+        BodyWriter, IntoOutcome, JsonError, Outcome, Request, Response, Router, StreamError,
+        config, http, kv, log, sse,
     };
 }
 
