@@ -57,3 +57,5 @@ mod waits;
 mod outbound;
 // Streamed responses: pieces as they are written, trailers, backpressure, clients that leave.
 mod streaming;
+// Configuration values and secrets (wasi:config/store), issue 36.
+mod config;

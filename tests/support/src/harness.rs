@@ -175,6 +175,12 @@ impl Options {
         self.arg(flag).arg(&value.to_string())
     }
 
+    /// Starts the server with the environment variable `name` set to `value`.
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
     /// Starts the server without the environment variable `name`.
     pub fn env_remove(mut self, name: &str) -> Self {
         self.env_removed.push(name.to_owned());

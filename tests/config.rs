@@ -1,0 +1,300 @@
+//! Configuration values and secrets (issue 36): a plugin reads the values its policy declares
+//! through `wasi:config/store`, resolved from the environment, the secrets file, the server's
+//! config file and the policy's default, in that order; sees no other plugin's; a secret never
+//! reaches the server's output; changed values take effect without a restart.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::harness::{Options, TempDir, TestServer, ankh_bin, plugins};
+
+/// A secret no output of the server may hold.
+const SECRET: &str = "s3cr3t-Zq81-never-printed";
+
+/// The probe's policy: one value of each kind.
+const POLICY: &str = r#"
+[[config]]
+name = "greeting"
+default = "hello"
+
+[[config]]
+name = "region"
+required = true
+
+[[config]]
+name = "api_key"
+secret = true
+required = true
+
+[[config]]
+name = "optional"
+"#;
+
+/// Writes `text` to `dir/name` with `mode`, and gives its path.
+fn write(dir: &Path, name: &str, text: &str, mode: u32) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+/// A server with the probe as `configprobe` (its policy above) and as `other` (declaring
+/// `api_key` too), a secrets file and a config file.
+fn start(secrets: &Path, config: &Path) -> TestServer {
+    Options::default()
+        .plugin(plugins::CONFIGPROBE)
+        .file("configprobe.toml", POLICY.as_bytes())
+        .plugin_as("other", plugins::CONFIGPROBE)
+        .file("other.toml", b"[[config]]\nname = \"api_key\"\n")
+        .flag("--secrets", secrets.display())
+        .flag("--config", config.display())
+        .env("ANKH_VAR_CONFIGPROBE__REGION", "from-env")
+        .arg("--admin")
+        .arg("127.0.0.1:0")
+        .start()
+}
+
+fn files(dir: &TempDir) -> (PathBuf, PathBuf) {
+    let secrets = write(
+        dir.path(),
+        "secrets.toml",
+        &format!(
+            "[configprobe]\napi_key = \"{SECRET}\"\nregion = \"from-secrets\"\n\n[other]\napi_key = \"other-key\"\n"
+        ),
+        0o600,
+    );
+    let config = write(
+        dir.path(),
+        "ankh.toml",
+        "[[values]]\nplugin = \"configprobe\"\nname = \"greeting\"\nvalue = \"from-config-file\"\n",
+        0o644,
+    );
+    (secrets, config)
+}
+
+#[test]
+fn values_come_from_their_sources_in_order_and_each_plugin_sees_its_own() {
+    let dir = TempDir::new("values");
+    let (secrets, config) = files(&dir);
+    let s = start(&secrets, &config);
+    // The environment before the secrets file, the config file before the default.
+    assert_eq!(
+        s.get("/configprobe/get?name=region"),
+        (200, "from-env".into())
+    );
+    assert_eq!(s.get("/configprobe/get?name=api_key"), (200, SECRET.into()));
+    assert_eq!(
+        s.get("/configprobe/get?name=greeting"),
+        (200, "from-config-file".into())
+    );
+    assert_eq!(s.get("/configprobe/get?name=optional").0, 404);
+    // Only what it declared: not another plugin's, not an undeclared name.
+    assert_eq!(s.get("/configprobe/get?name=undeclared").0, 404);
+    assert_eq!(s.get("/other/get?name=api_key"), (200, "other-key".into()));
+    assert_eq!(s.get("/other/get?name=region").0, 404);
+    assert_eq!(s.get("/other/all"), (200, "api_key=other-key\n".into()));
+    assert_eq!(
+        s.get("/configprobe/all").1,
+        format!("api_key={SECRET}\ngreeting=from-config-file\nregion=from-env\n")
+    );
+}
+
+#[test]
+fn a_missing_required_value_refuses_only_that_plugin() {
+    let dir = TempDir::new("values");
+    let secrets = write(dir.path(), "secrets.toml", "", 0o600);
+    let s = Options::default()
+        .plugin(plugins::CONFIGPROBE)
+        .file("configprobe.toml", POLICY.as_bytes())
+        .plugin(plugins::HELLO)
+        .flag("--secrets", secrets.display())
+        .start();
+    let log = s.wait_for_log("the required value");
+    assert!(
+        log.contains("plugin configprobe: the required value region is given nowhere")
+            && log.contains("ANKH_VAR_CONFIGPROBE__REGION"),
+        "{log}"
+    );
+    assert_eq!(s.get("/configprobe/get?name=greeting").0, 404);
+    assert_eq!(s.get("/hello").0, 200);
+}
+
+#[test]
+fn a_secrets_file_others_may_read_is_refused_with_its_reason() {
+    let dir = TempDir::new("values");
+    let secrets = write(dir.path(), "secrets.toml", "[p]\nkey = \"x\"\n", 0o644);
+    let out = std::process::Command::new(ankh_bin())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--kv",
+            "memory",
+            "--secrets",
+        ])
+        .arg(&secrets)
+        .arg("--plugins")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("refusing to read the secrets at") && stderr.contains("chmod 600"),
+        "{stderr}"
+    );
+}
+
+/// Every output of a run in which the secret was read, logged, panicked with and reloaded:
+/// the log, `/metrics`, `ankh check`, `--print-config`, and the errors of a refused plugin.
+#[test]
+fn a_secret_never_reaches_the_servers_output() {
+    let dir = TempDir::new("values");
+    let (secrets, config) = files(&dir);
+    let s = start(&secrets, &config);
+    assert_eq!(s.get("/configprobe/get?name=api_key").1, SECRET);
+    assert_eq!(
+        s.get("/configprobe/leak?name=api_key"),
+        (200, "logged".into())
+    );
+    assert_eq!(s.get("/configprobe/panic?name=api_key").0, 500);
+    // Its lines were written, with the secret masked.
+    let log = s.wait_for_log("log has ***");
+    assert!(log.contains("stdout has *** in it"), "{log}");
+    assert!(log.contains("stderr has ***, twice: ***"), "{log}");
+    assert!(log.contains("panicking with ***"), "{log}");
+    // A reload of its values (the secret changed).
+    let secret2 = format!("{SECRET}-2");
+    write(
+        dir.path(),
+        "secrets.toml",
+        &format!("[configprobe]\napi_key = \"{secret2}\"\n"),
+        0o600,
+    );
+    s.signal("HUP");
+    s.eventually("/configprobe/get?name=api_key", |_, body| body == secret2);
+    let metrics = crate::metrics::admin_get(s.admin_addr(), "/metrics").1;
+
+    let ankh = |args: &[&str]| {
+        let out = std::process::Command::new(ankh_bin())
+            .args(args)
+            .env("ANKH_VAR_CONFIGPROBE__REGION", "from-env")
+            .output()
+            .unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let wasm = s.plugins_dir().join("configprobe.wasm");
+    let (secrets_arg, config_arg) = (secrets.to_str().unwrap(), config.to_str().unwrap());
+    let check = ankh(&[
+        "check",
+        wasm.to_str().unwrap(),
+        "--secrets",
+        secrets_arg,
+        "--config",
+        config_arg,
+    ]);
+    assert!(check.contains("api_key"), "{check}");
+    let printed = ankh(&[
+        "serve",
+        "--secrets",
+        secrets_arg,
+        "--config",
+        config_arg,
+        "--print-config",
+    ]);
+    assert!(printed.contains("secrets = "), "{printed}");
+    // A bad secrets file is refused by line, not by content.
+    write(
+        dir.path(),
+        "secrets.toml",
+        &format!("[configprobe]\napi_key = \"{SECRET}\n"),
+        0o600,
+    );
+    let plugins_dir = dir.path().to_str().unwrap();
+    let broken = ankh(&[
+        "serve",
+        "--secrets",
+        secrets_arg,
+        "--listen",
+        "127.0.0.1:0",
+        "--kv",
+        "memory",
+        "--plugins",
+        plugins_dir,
+    ]);
+    assert!(broken.contains("not valid TOML (line 2)"), "{broken}");
+
+    let log = s.log();
+    for (what, text) in [
+        ("log", &log),
+        ("metrics", &metrics),
+        ("check", &check),
+        ("print-config", &printed),
+        ("refusal", &broken),
+    ] {
+        assert!(
+            !text.contains(SECRET),
+            "the secret is in the {what}:\n{text}"
+        );
+    }
+}
+
+/// New values take effect without a restart when the secrets file changes, and on SIGHUP for
+/// the config file; requests made meanwhile all succeed, on the old values or the new.
+#[test]
+fn changed_values_take_effect_without_a_restart_or_a_lost_request() {
+    let dir = TempDir::new("values");
+    let (secrets, config) = files(&dir);
+    let s = start(&secrets, &config);
+    assert_eq!(s.get("/other/get?name=api_key").1, "other-key");
+    let addr = s.url("");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let agent = crate::harness::agent();
+            let mut seen = std::collections::BTreeSet::new();
+            for _ in 0..100_000 {
+                if stop.load(std::sync::atomic::Ordering::Acquire) {
+                    break;
+                }
+                let response = agent
+                    .get(&format!("{addr}/other/get?name=api_key"))
+                    .call()
+                    .unwrap();
+                assert_eq!(response.status(), 200);
+                let mut body = response.into_body();
+                seen.insert(body.read_to_string().unwrap());
+            }
+            seen
+        })
+    };
+    // The secrets file is rewritten in place: the watcher sees it.
+    write(
+        dir.path(),
+        "secrets.toml",
+        &format!("[configprobe]\napi_key = \"{SECRET}\"\n\n[other]\napi_key = \"rotated\"\n"),
+        0o600,
+    );
+    s.eventually("/other/get?name=api_key", |_, body| body == "rotated");
+    // The config file's values, on SIGHUP.
+    std::fs::write(
+        &config,
+        "[[values]]\nplugin = \"configprobe\"\nname = \"greeting\"\nvalue = \"hup\"\n",
+    )
+    .unwrap();
+    s.signal("HUP");
+    s.eventually("/configprobe/get?name=greeting", |_, body| body == "hup");
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let seen = client.join().unwrap();
+    assert!(seen.contains("rotated"), "{seen:?}");
+    assert!(
+        seen.iter().all(|v| v == "other-key" || v == "rotated"),
+        "{seen:?}"
+    );
+    s.wait_for_log("plugins' values read again (SIGHUP)");
+}
