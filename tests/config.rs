@@ -117,6 +117,17 @@ fn a_missing_required_value_refuses_only_that_plugin() {
     );
     assert_eq!(s.get("/configprobe/get?name=greeting").0, 404);
     assert_eq!(s.get("/hello").0, 200);
+    // Once the values are given, SIGHUP serves it.
+    write(
+        dir.path(),
+        "secrets.toml",
+        "[configprobe]\nregion = \"eu\"\napi_key = \"k\"\n",
+        0o600,
+    );
+    s.signal("HUP");
+    s.eventually("/configprobe/get?name=region", |status, body| {
+        status == 200 && body == "eu"
+    });
 }
 
 #[test]

@@ -494,4 +494,26 @@ mod tests {
         assert!(!e.contains("hunter2") && e.contains("line 2"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn a_secrets_directory_holds_a_file_per_value() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("ankh-secrets-dir-{}", std::process::id()));
+        let plugin = dir.join("p");
+        std::fs::create_dir_all(&plugin).unwrap();
+        // Kubernetes' own entries are skipped.
+        std::fs::create_dir_all(dir.join("..data")).unwrap();
+        let key = plugin.join("key");
+        std::fs::write(&key, "hunter2\n").unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let sources = Sources::new(Some(dir.clone()), None).unwrap();
+        let declared = declare(&rows(&[&[("name", "key"), ("secret", "true")]])).unwrap();
+        let resolved = sources.resolve("p", &declared).unwrap();
+        // One trailing newline dropped.
+        assert_eq!(&*resolved.secrets, ["hunter2".to_owned()]);
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o440)).unwrap();
+        let e = sources.reread().unwrap_err().to_string();
+        assert!(e.contains("mode 440"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
