@@ -113,7 +113,8 @@ pub struct ServeConfig {
     /// The secrets file or directory plugins' values are read from (see
     /// [`crate::runtime::engine::values`]).
     pub secrets: Option<PathBuf>,
-    /// Plugins' values given in the config file (`[[values]]`): plugin, name, value.
+    /// Plugins' values given in the config file (`[[values]]`): plugin, name, value. The
+    /// runtime starts from these and reads the file again when it changes.
     pub values: Vec<BTreeMap<String, String>>,
     /// What goes to stderr, and how.
     pub log: LogConfig,
@@ -178,11 +179,9 @@ impl ServeConfig {
     }
 }
 
-/// The plugins' values a config file gives (`[[values]]`), by plugin and name: read again
-/// when the file changes or on SIGHUP. Its errors name the file and the line, never a value.
-pub(crate) fn file_values(
-    path: &Path,
-) -> anyhow::Result<std::collections::HashMap<String, std::collections::HashMap<String, String>>> {
+/// The plugins' values a config file gives (its `[[values]]` rows), read again when the file
+/// changes or on SIGHUP. Its errors name the file and the line, never a value.
+pub(crate) fn file_values(path: &Path) -> anyhow::Result<Vec<BTreeMap<String, String>>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     let given = settings::load_file(&SETTINGS, path, &text).map_err(|e| match e {
@@ -192,18 +191,13 @@ pub(crate) fn file_values(
         }
         other => anyhow::anyhow!("{other}"),
     })?;
-    let mut out: std::collections::HashMap<String, std::collections::HashMap<String, String>> =
-        Default::default();
-    for (key, value, _) in given {
-        if let ("values", Value::Tables(rows)) = (key, value) {
-            for row in rows {
-                out.entry(row["plugin"].clone())
-                    .or_default()
-                    .insert(row["name"].clone(), row["value"].clone());
-            }
-        }
-    }
-    Ok(out)
+    Ok(given
+        .into_iter()
+        .find_map(|(key, value, _)| match (key, value) {
+            ("values", Value::Tables(rows)) => Some(rows),
+            _ => None,
+        })
+        .unwrap_or_default())
 }
 
 /// A bad configuration value, with where it came from.

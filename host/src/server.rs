@@ -84,6 +84,7 @@ impl Server {
         let values = Arc::new(crate::runtime::engine::values::Sources::new(
             config.secrets.clone(),
             config.source.clone(),
+            &config.values,
         )?);
         let runtime = Runtime::new(
             RuntimeConfig {

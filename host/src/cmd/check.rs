@@ -45,6 +45,7 @@ pub(crate) fn check(path: &Path, config: &ServeConfig) -> anyhow::Result<Report>
             values: std::sync::Arc::new(ankh::runtime::engine::values::Sources::new(
                 config.secrets.clone(),
                 config.source.clone(),
+                &config.values,
             )?),
         },
         Default::default(),

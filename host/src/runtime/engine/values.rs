@@ -186,16 +186,23 @@ impl Sources {
         }
     }
 
-    /// Reads the secrets file (or directory) and the values of the config file now: an error
+    /// Reads the secrets file (or directory) now, beside the values the config file gave
+    /// (`values`, its `[[values]]` rows as the server's configuration read them): an error
     /// names the file and why, never a value.
-    pub fn new(secrets: Option<PathBuf>, config_file: Option<PathBuf>) -> anyhow::Result<Sources> {
-        let sources = Sources {
+    pub fn new(
+        secrets: Option<PathBuf>,
+        config_file: Option<PathBuf>,
+        values: &[BTreeMap<String, String>],
+    ) -> anyhow::Result<Sources> {
+        let read = Read {
+            secrets: read_secrets(secrets.as_deref())?,
+            file: by_plugin(values),
+        };
+        Ok(Sources {
             secrets,
             config_file,
-            read: RwLock::default(),
-        };
-        sources.reread()?;
-        Ok(sources)
+            read: RwLock::new(read),
+        })
     }
 
     /// The files a change to which re-reads the values.
@@ -208,12 +215,9 @@ impl Sources {
 
     /// Reads both files again; on an error, the values read before stay.
     pub(crate) fn reread(&self) -> anyhow::Result<()> {
-        let secrets = match &self.secrets {
-            Some(path) => read_secrets(path)?,
-            None => Table::new(),
-        };
+        let secrets = read_secrets(self.secrets.as_deref())?;
         let file = match &self.config_file {
-            Some(path) => crate::config::file_values(path)?,
+            Some(path) => by_plugin(&crate::config::file_values(path)?),
             None => Table::new(),
         };
         *self.read.write().unwrap_or_else(|e| e.into_inner()) = Read { secrets, file };
@@ -296,9 +300,24 @@ impl Sources {
     }
 }
 
+/// The config file's `[[values]]` rows (`plugin`, `name`, `value`), by plugin and name.
+fn by_plugin(rows: &[BTreeMap<String, String>]) -> Table {
+    let mut table = Table::new();
+    for row in rows {
+        table
+            .entry(row["plugin"].clone())
+            .or_default()
+            .insert(row["name"].clone(), row["value"].clone());
+    }
+    table
+}
+
 /// Reads a secrets file (TOML, a table per plugin) or directory (`DIR/<plugin>/<name>`),
-/// refusing any file its group or others may read.
-fn read_secrets(path: &Path) -> anyhow::Result<Table> {
+/// refusing any file its group or others may read; none: nothing.
+fn read_secrets(path: Option<&Path>) -> anyhow::Result<Table> {
+    let Some(path) = path else {
+        return Ok(Table::new());
+    };
     let meta = std::fs::metadata(path)
         .map_err(|e| anyhow::anyhow!("cannot read the secrets at {}: {e}", path.display()))?;
     if !meta.is_dir() {
@@ -478,12 +497,12 @@ mod tests {
         let file = dir.join("secrets.toml");
         std::fs::write(&file, "[p]\nkey = \"hunter2\"\n").unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let e = Sources::new(Some(file.clone()), None)
+        let e = Sources::new(Some(file.clone()), None, &[])
             .unwrap_err()
             .to_string();
         assert!(e.contains("mode 644"), "{e}");
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let sources = Sources::new(Some(file.clone()), None).unwrap();
+        let sources = Sources::new(Some(file.clone()), None, &[]).unwrap();
         let declared = declare(&rows(&[&[("name", "key"), ("secret", "true")]])).unwrap();
         let resolved = sources.resolve("p", &declared).unwrap();
         assert_eq!(&*resolved.secrets, ["hunter2".to_owned()]);
@@ -506,7 +525,7 @@ mod tests {
         let key = plugin.join("key");
         std::fs::write(&key, "hunter2\n").unwrap();
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
-        let sources = Sources::new(Some(dir.clone()), None).unwrap();
+        let sources = Sources::new(Some(dir.clone()), None, &[]).unwrap();
         let declared = declare(&rows(&[&[("name", "key"), ("secret", "true")]])).unwrap();
         let resolved = sources.resolve("p", &declared).unwrap();
         // One trailing newline dropped.
