@@ -30,6 +30,22 @@ required = true
 name = "optional"
 "#;
 
+/// Runs the `ankh` binary with `args` (and the probe's required region in its environment):
+/// whether it succeeded, and its stdout and stderr together.
+fn ankh(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(ankh_bin())
+        .args(args)
+        .env("ANKH_VAR_CONFIGPROBE__REGION", "from-env")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
 /// Writes `text` to `dir/name` with `mode`, and gives its path.
 fn write(dir: &Path, name: &str, text: &str, mode: u32) -> PathBuf {
     let path = dir.join(name);
@@ -134,25 +150,21 @@ fn a_missing_required_value_refuses_only_that_plugin() {
 fn a_secrets_file_others_may_read_is_refused_with_its_reason() {
     let dir = TempDir::new("values");
     let secrets = write(dir.path(), "secrets.toml", "[p]\nkey = \"x\"\n", 0o644);
-    let out = std::process::Command::new(ankh_bin())
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--kv",
-            "memory",
-            "--secrets",
-        ])
-        .arg(&secrets)
-        .arg("--plugins")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let (ok, out) = ankh(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--kv",
+        "memory",
+        "--secrets",
+        secrets.to_str().unwrap(),
+        "--plugins",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!ok, "{out}");
     assert!(
-        stderr.contains("refusing to read the secrets at") && stderr.contains("chmod 600"),
-        "{stderr}"
+        out.contains("refusing to read the secrets at") && out.contains("chmod 600"),
+        "{out}"
     );
 }
 
@@ -186,21 +198,9 @@ fn a_secret_never_reaches_the_servers_output() {
     s.eventually("/configprobe/get?name=api_key", |_, body| body == secret2);
     let metrics = crate::metrics::admin_get(s.admin_addr(), "/metrics").1;
 
-    let ankh = |args: &[&str]| {
-        let out = std::process::Command::new(ankh_bin())
-            .args(args)
-            .env("ANKH_VAR_CONFIGPROBE__REGION", "from-env")
-            .output()
-            .unwrap();
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    };
     let wasm = s.plugins_dir().join("configprobe.wasm");
     let (secrets_arg, config_arg) = (secrets.to_str().unwrap(), config.to_str().unwrap());
-    let check = ankh(&[
+    let (_, check) = ankh(&[
         "check",
         wasm.to_str().unwrap(),
         "--secrets",
@@ -209,7 +209,7 @@ fn a_secret_never_reaches_the_servers_output() {
         config_arg,
     ]);
     assert!(check.contains("api_key"), "{check}");
-    let printed = ankh(&[
+    let (_, printed) = ankh(&[
         "serve",
         "--secrets",
         secrets_arg,
@@ -226,7 +226,7 @@ fn a_secret_never_reaches_the_servers_output() {
         0o600,
     );
     let plugins_dir = dir.path().to_str().unwrap();
-    let broken = ankh(&[
+    let (_, broken) = ankh(&[
         "serve",
         "--secrets",
         secrets_arg,
