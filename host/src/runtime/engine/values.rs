@@ -515,6 +515,23 @@ mod tests {
     }
 
     #[test]
+    fn a_value_over_its_bound_refuses_the_plugin_without_quoting_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("ankh-secrets-big-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secrets.toml");
+        let big = "z".repeat(CONFIG_VALUE_MAX_BYTES + 1);
+        std::fs::write(&file, format!("[p]\nkey = \"{big}\"\n")).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let sources = Sources::new(Some(file), None, &[]).unwrap();
+        let declared = declare(&rows(&[&[("name", "key"), ("secret", "true")]])).unwrap();
+        let e = sources.resolve("p", &declared).unwrap_err();
+        assert!(e.contains("value key is 65537 bytes, over 65536"), "{e}");
+        assert!(!e.contains("zzz"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_secrets_directory_holds_a_file_per_value() {
         use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("ankh-secrets-dir-{}", std::process::id()));
