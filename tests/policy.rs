@@ -203,3 +203,64 @@ fn a_bad_policy_is_refused_with_file_line_and_key_and_the_old_one_stays() {
     assert!(s.log().contains("unknown field `bogus`"));
     assert_eq!(s.get("/p/status/200?body=still").1, "still");
 }
+
+/// CPU time per plugin (issue 36): measured on the threads that run its calls (a call that
+/// sleeps costs next to none; one that computes costs what it computed), reported per plugin
+/// in `/metrics`, and capped by `limits.cpu_ms_per_minute`: once the plugin has used its
+/// allowance its requests get 503 with Retry-After, while the other plugins serve on.
+#[test]
+fn cpu_time_is_measured_per_plugin_and_capped_by_policy() {
+    use crate::metrics::{admin_addr, scrape, value};
+    let s = with_policy("spin", plugins::SPIN, "[limits]\ncpu_ms_per_minute = 300\n")
+        .plugin(plugins::PROBE)
+        .arg("--admin")
+        .arg("127.0.0.1:0")
+        .start();
+    let cpu = |plugin: &str| {
+        value(
+            &scrape(admin_addr(&s)),
+            "ankh_plugin_cpu_seconds_total",
+            &[("plugin", plugin)],
+        )
+    };
+    // Sleeping is not computing.
+    assert_eq!(s.get("/probe/sleep?ms=300").0, 200);
+    let slept = cpu("probe");
+    assert!(slept < 0.1, "a 300 ms sleep was charged {slept} s");
+
+    // Computing is, until the allowance is spent.
+    let mut refused = None;
+    for _ in 0..50 {
+        let resp = s.request(b"GET /spin/burn?ms=150 HTTP/1.1\r\nHost: a\r\n\r\n");
+        if resp.status == 503 {
+            refused = Some(resp);
+            break;
+        }
+        assert_eq!(resp.status, 200);
+    }
+    let refused = refused.expect("never refused after 50 computing calls");
+    let used = cpu("spin");
+    assert!(
+        used >= 0.3,
+        "refused after {used} s of CPU; the allowance is 0.3 s"
+    );
+    let retry: u64 = refused
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("a Retry-After in seconds");
+    assert!((1..=60).contains(&retry), "Retry-After: {retry}");
+    assert!(
+        refused.text().contains("limits.cpu_ms_per_minute"),
+        "{}",
+        refused.text()
+    );
+    assert!(
+        value(
+            &scrape(admin_addr(&s)),
+            "ankh_plugin_cpu_throttled_total",
+            &[("plugin", "spin")]
+        ) >= 1.0
+    );
+    // The others serve on.
+    assert_eq!(s.get("/probe/status/200?body=free").1, "free");
+}

@@ -127,6 +127,21 @@ impl Dispatcher {
             });
         };
         let name_for_log = mount.plugin.name.clone();
+        if let Some(seconds) = mount.plugin.metrics.cpu.exhausted() {
+            mount
+                .plugin
+                .metrics
+                .cpu_throttled
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(Immediate {
+                status: 503,
+                message: format!(
+                    "plugin `{}` used its CPU time for now (limits.cpu_ms_per_minute)",
+                    mount.plugin.name
+                ),
+                retry_after: Some(seconds),
+            });
+        }
         let Some(slot) = mount.plugin.try_enter() else {
             return Err(Immediate {
                 status: 503,

@@ -120,6 +120,93 @@ pub struct PluginMetrics {
     pub streamed_bytes: AtomicU64,
     /// Streamed responses that did not reach their end.
     pub streams_unfinished: AtomicU64,
+    /// CPU time its calls used, and its policy's cap on it.
+    pub cpu: CpuMeter,
+    /// Requests refused while its CPU allowance was spent.
+    pub cpu_throttled: AtomicU64,
+}
+
+/// CPU time of one plugin's calls, measured on the threads that run them (each thread's own
+/// CPU clock, read around every stretch a call runs: see `pool::tasks`), and the policy's
+/// cap on it, `limits.cpu_ms_per_minute`: a bucket that holds a minute's allowance, is
+/// charged what each call used, and refills at the allowance's rate. While it is empty the
+/// plugin's requests get 503 with the seconds until it is not.
+#[derive(Debug, Default)]
+pub struct CpuMeter {
+    used_ns: AtomicU64,
+    cap: Mutex<Option<CpuBucket>>,
+}
+
+#[derive(Debug)]
+struct CpuBucket {
+    per_minute: Duration,
+    /// Nanoseconds left; below zero once a call used more than was left.
+    left_ns: i128,
+    at: std::time::Instant,
+}
+
+impl CpuBucket {
+    fn refill(&mut self, now: std::time::Instant) {
+        let full = self.per_minute.as_nanos() as i128;
+        let earned = now.duration_since(self.at).as_nanos() as i128 * full / 60_000_000_000;
+        self.left_ns = (self.left_ns + earned).min(full);
+        self.at = now;
+    }
+}
+
+impl CpuMeter {
+    /// A call ran for `cpu` of its thread's CPU time.
+    pub(crate) fn charge(&self, cpu: Duration) {
+        let ns = cpu.as_nanos() as u64;
+        self.used_ns.fetch_add(ns, Ordering::Relaxed);
+        if let Some(bucket) = self
+            .cap
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+        {
+            bucket.left_ns -= i128::from(ns);
+        }
+    }
+
+    /// CPU time used since start.
+    pub fn used(&self) -> Duration {
+        Duration::from_nanos(self.used_ns.load(Ordering::Relaxed))
+    }
+
+    /// Sets the cap (a new version's policy); an unchanged cap keeps what is left of it.
+    pub(crate) fn set_cap(&self, per_minute: Option<Duration>) {
+        let mut cap = self.cap.lock().unwrap_or_else(PoisonError::into_inner);
+        match (cap.as_mut(), per_minute) {
+            (Some(bucket), Some(per_minute)) if bucket.per_minute == per_minute => {}
+            (_, Some(per_minute)) => {
+                *cap = Some(CpuBucket {
+                    per_minute,
+                    left_ns: per_minute.as_nanos() as i128,
+                    at: std::time::Instant::now(),
+                })
+            }
+            (_, None) => *cap = None,
+        }
+    }
+
+    /// `None` while the plugin may run; else the whole seconds until its allowance is back
+    /// above zero (at least 1).
+    pub(crate) fn exhausted(&self) -> Option<u32> {
+        let mut cap = self.cap.lock().unwrap_or_else(PoisonError::into_inner);
+        let bucket = cap.as_mut()?;
+        bucket.refill(std::time::Instant::now());
+        if bucket.left_ns > 0 {
+            return None;
+        }
+        let rate = bucket.per_minute.as_nanos().max(1) as i128;
+        let wait_ns = (1 - bucket.left_ns) * 60_000_000_000 / rate;
+        Some(
+            u32::try_from((wait_ns + 999_999_999) / 1_000_000_000)
+                .unwrap_or(u32::MAX)
+                .max(1),
+        )
+    }
 }
 
 /// Outbound requests to one origin.
@@ -397,7 +484,7 @@ impl Metrics {
                 "ankh_plugin_request_duration_seconds_count{{plugin=\"{plugin}\"}} {count}"
             );
         }
-        let per_plugin: [Family; 16] = [
+        let per_plugin: [Family; 18] = [
             (
                 "ankh_plugin_traps_total",
                 "Calls that trapped.",
@@ -488,6 +575,18 @@ impl Metrics {
                 "Streamed responses that did not reach their end: the client left, a stream time limit passed, or the handler failed or broke the body's framing.",
                 "counter",
                 |m| m.streams_unfinished.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "ankh_plugin_cpu_seconds_total",
+                "CPU time the plugin's calls used, measured on the threads that ran them (WASI 0.3 components' instances are not counted).",
+                "counter",
+                |m| format!("{:.6}", m.cpu.used().as_secs_f64()),
+            ),
+            (
+                "ankh_plugin_cpu_throttled_total",
+                "Requests answered 503 because the plugin had used its CPU allowance (limits.cpu_ms_per_minute).",
+                "counter",
+                |m| m.cpu_throttled.load(Ordering::Relaxed).to_string(),
             ),
             (
                 "ankh_plugin_reloads_total",

@@ -206,6 +206,13 @@ fn describe(policy: &Policy, loaded: Loaded, text: &mut String) {
         "  concurrency:   {} calls at once (requests and WebSocket events)",
         policy.limits.max_concurrency
     );
+    if let Some(cpu) = policy.cpu_per_minute {
+        let _ = writeln!(
+            text,
+            "  cpu:           {} ms per minute, all calls together (then 503 until it refills)",
+            cpu.as_millis()
+        );
+    }
     let mode = match (policy.fresh_instances, policy.recycle_after) {
         // The world decides how instances are used, and a plugin that does not load has none.
         _ if loaded == Loaded::No => "none: the plugin does not load".to_owned(),

@@ -30,6 +30,8 @@ use crate::ws_router::WsRouter;
 pub(crate) struct Running {
     future: Pin<Box<dyn Future<Output = ()> + Send>>,
     fallback: Fallback,
+    /// The plugin's counters: each stretch the call runs is charged to its CPU meter.
+    metrics: Arc<crate::metrics::PluginMetrics>,
 }
 
 impl std::fmt::Debug for Running {
@@ -48,8 +50,10 @@ pub(super) fn running(
     codec: &mut Codec,
     slots: &CallSlots,
 ) -> Running {
+    let metrics;
     let (fallback, future): (Fallback, Pin<Box<dyn Future<Output = ()> + Send>>) = match job {
         Job::Request(job) => {
+            metrics = job.plugin.metrics.clone();
             let fallback = Fallback::for_request(&job);
             let call = Call::new(job.plugin.clone(), reply.clone(), link.clone());
             (fallback, Box::pin(call.serve(job)))
@@ -72,6 +76,7 @@ pub(super) fn running(
                 }
                 event => (Some(event), None),
             };
+            metrics = plugin.metrics.clone();
             let call = Call::new(plugin, reply.clone(), link.clone());
             // The plugin's call slot is held until the event is delivered.
             let deliver = async move {
@@ -83,7 +88,11 @@ pub(super) fn running(
         Job::Resume(running) => return running,
     };
     slots.in_flight().fetch_add(1, Ordering::Relaxed);
-    Running { future, fallback }
+    Running {
+        future,
+        fallback,
+        metrics,
+    }
 }
 
 /// A compressed message inflated against the client's window (which it grows), within its
@@ -301,9 +310,15 @@ impl Tasks {
         let waker = task.waker.clone();
         let mut cx = Context::from_waker(&waker);
         crate::runtime::sandbox::exec::take_yield();
+        // The thread's own CPU clock around the stretch: what the call used, guest and host
+        // work together, and none of the time it waits.
+        let cpu = cpu_time::ThreadTime::try_now().ok();
         let polled = catch_unwind(AssertUnwindSafe(|| {
             task.running.future.as_mut().poll(&mut cx)
         }));
+        if let Some(cpu) = cpu {
+            task.running.metrics.cpu.charge(cpu.elapsed());
+        }
         if let Ok(Poll::Pending) = polled {
             if self.hand_off_computing && crate::runtime::sandbox::exec::take_yield() {
                 return Polled::Computing(self.slab.remove(id.slot).running);
@@ -356,6 +371,7 @@ mod tests {
                 ws: 1,
                 plugin: Arc::from("p"),
             },
+            metrics: Default::default(),
         }
     }
 

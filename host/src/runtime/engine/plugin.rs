@@ -294,6 +294,7 @@ impl Plugin {
             ),
         );
         let metrics = runtime.metrics.plugin(&name);
+        metrics.cpu.set_cap(policy.cpu_per_minute);
         let outbound = Arc::new(crate::runtime::host::outbound::Outbound::new(
             name.clone(),
             policy.http.clone(),

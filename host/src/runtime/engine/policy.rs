@@ -13,6 +13,7 @@
 //! kv_max_bytes = 16777216             # keys plus values in this plugin's key-value store
 //! max_concurrency = 8                 # calls in flight at once; past it: 503 (at most the server's)
 //! max_body_bytes = 1048576            # past it: 413 before the body is read
+//! cpu_ms_per_minute = 30000           # CPU per minute, all calls together; past it: 503
 //!
 //! [capabilities]                      # all off by default
 //! env = ["LANG", "GREETING=hello"]    # pass a host variable, or set one
@@ -82,6 +83,8 @@ pub struct Policy {
     pub max_idle_instances: usize,
     /// Requests one instance of a WASI 0.3 component serves at once.
     pub concurrent_requests: usize,
+    /// CPU time its calls may use per minute, all together (`limits.cpu_ms_per_minute`).
+    pub cpu_per_minute: Option<std::time::Duration>,
     /// The configuration values it declares (`[[config]]`).
     pub config: Vec<crate::runtime::engine::values::Declared>,
     /// The policy file, if there was one.
@@ -316,6 +319,17 @@ static OWN: &[Setting<Policy>] = &[
         read: |p| Value::Text(if p.fresh_instances { "fresh" } else { "reuse" }.to_owned()),
     },
     policy_number!(
+        "limits.cpu_ms_per_minute",
+        Count,
+        1,
+        3_600_000,
+        "CPU milliseconds the plugin's calls may use per minute, all calls together (60000: one core); past it its requests get 503 with Retry-After until the allowance refills",
+        |p, n| p.cpu_per_minute = Some(std::time::Duration::from_millis(n)),
+        |p| p
+            .cpu_per_minute
+            .map_or(Value::Unset, |d| Value::Number(d.as_millis() as u64))
+    ),
+    policy_number!(
         "instances.recycle_after",
         Count,
         1,
@@ -389,6 +403,7 @@ impl Policy {
             recycle_growth_bytes: crate::limits::INSTANCE_RECYCLE_GROWTH_BYTES,
             max_idle_instances: crate::limits::INSTANCES_IDLE_PER_PLUGIN,
             concurrent_requests: crate::limits::P3_CONCURRENT_REQUESTS,
+            cpu_per_minute: None,
             config: Vec::new(),
             source: None,
             dir_entries: Vec::new(),

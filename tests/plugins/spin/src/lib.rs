@@ -5,6 +5,7 @@
 //!
 //! - `GET /spin/ok`: `ok <n>`, n = requests this instance has served, this one included
 //! - `GET /spin/loop`: loops forever without calling the host
+//! - `GET /spin/burn?ms=N`: computes for N ms by its clock, then answers `burned`
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -25,10 +26,26 @@ fn spin(_req: &Request) -> Response {
     }
 }
 
+fn burn(req: &Request) -> Response {
+    let ms: u64 = req
+        .query_param("ms")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100);
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+    let mut x = count();
+    while std::time::Instant::now() < until {
+        for _ in 0..10_000 {
+            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+        }
+    }
+    Response::text("burned")
+}
+
 fn router() -> Router {
     Router::new()
         .get("/ok", |_req| format!("ok {}", count()))
         .get("/loop", spin)
+        .get("/burn", burn)
 }
 
 ankh_guest::export_plugin!(router);
