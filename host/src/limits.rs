@@ -388,6 +388,26 @@ pub const CONFIG_VALUE_MAX_BYTES: usize = 64 * 1024;
 /// Largest secrets file (`--secrets FILE`), or file of a secrets directory, ankh reads.
 pub const SECRETS_FILE_MAX_BYTES: u64 = 1024 * 1024;
 
+/// Most schedules one plugin may declare (`[[schedule]]` in its policy).
+pub const SCHEDULES_PER_PLUGIN: usize = 64;
+
+/// The shortest interval a schedule may give (`every`).
+pub const SCHEDULE_MIN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How long a tick's claim is kept in the store at least (and at most one hour): longer than
+/// any clock skew between the processes that compete for it.
+pub const SCHEDULE_TICK_CLAIM_MIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Beyond its plugin's `handler_timeout_ms`, how long a run's claim on its schedule outlives
+/// the run's start: a process killed in a run frees its schedule after that.
+pub const SCHEDULE_RUN_CLAIM_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How often a tick that waits for the run before it (`overlap = "queue"`) asks again.
+pub const SCHEDULE_QUEUE_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// How often the scheduler looks for plugins that were loaded, reloaded or removed.
+pub const SCHEDULE_RESCAN: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// A configuration that holds a set of [`Limits`]: the server's, or a plugin policy's (which
 /// starts from the server's). Lets one declaration of each limit (`config::limit_settings`)
 /// read and write both.

@@ -14,6 +14,7 @@ pub mod plugin;
 pub mod policy;
 pub(crate) mod proxy;
 pub mod registry;
+pub mod schedules;
 pub mod values;
 pub(crate) mod wasi;
 pub(crate) mod world;

@@ -31,6 +31,11 @@
 //! name = "greeting"
 //! default = "hello"                   # when no source gives one (see engine::values)
 //!
+//! [[schedule]]                        # a job run on a schedule (see engine::schedules)
+//! name = "digest"
+//! cron = "*/5 * * * *"                # or every = "30s"
+//! tz = "Europe/Paris"                 # default UTC
+//!
 //! [instances]
 //! mode = "reuse"                      # or "fresh": a new instance for every request
 //! recycle_after = 10000               # replace a reused instance after this many calls (WASI 0.3: 128)
@@ -87,6 +92,8 @@ pub struct Policy {
     pub cpu_per_minute: Option<std::time::Duration>,
     /// The configuration values it declares (`[[config]]`).
     pub config: Vec<crate::runtime::engine::values::Declared>,
+    /// Its scheduled jobs (`[[schedule]]`).
+    pub schedules: Vec<crate::runtime::engine::schedules::Schedule>,
     /// The policy file, if there was one.
     pub source: Option<PathBuf>,
     /// Entries of `capabilities.dirs` as written, checked once the file is read.
@@ -241,6 +248,24 @@ static OWN: &[Setting<Policy>] = &[
             set(&mut p.config, declared)
         },
         read: |p| Value::Tables(p.config.iter().map(|d| d.row()).collect()),
+    },
+    Setting {
+        key: "schedule",
+        flag: Flag::None,
+        kind: Kind::Tables {
+            keys: &["name", "cron", "every", "tz", "overlap", "catch_up"],
+            optional: &["cron", "every", "tz", "overlap", "catch_up"],
+        },
+        doc: "Scheduled jobs, each { name, cron (with tz) or every, overlap = skip|queue, catch_up }; each tick runs once across the processes that share a store",
+        default: || Value::Unset,
+        apply: |p, v| {
+            let Value::Tables(rows) = v else {
+                return Ok(());
+            };
+            let declared = crate::runtime::engine::schedules::declare(&rows)?;
+            set(&mut p.schedules, declared)
+        },
+        read: |p| Value::Tables(p.schedules.iter().map(|s| s.row()).collect()),
     },
     Setting {
         key: "capabilities.dirs",
@@ -405,6 +430,7 @@ impl Policy {
             concurrent_requests: crate::limits::P3_CONCURRENT_REQUESTS,
             cpu_per_minute: None,
             config: Vec::new(),
+            schedules: Vec::new(),
             source: None,
             dir_entries: Vec::new(),
         }
