@@ -95,12 +95,14 @@ fn crate_target_dir() -> std::path::PathBuf {
 fn new_then_build_then_serve_then_request() {
     let dir = TempDir::new("new");
     let out = Command::new(ankh_bin())
-        .args(["new", "greeter", "--dir"])
+        .args(["new", "greeter", "--schedule", "--dir"])
         .arg(dir.path())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("created"));
+    let policy = std::fs::read_to_string(dir.path().join("greeter.toml")).unwrap();
+    assert!(policy.contains("[[schedule]]"), "{policy}");
     // The template's own test passes.
     let test = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["test", "--quiet", "--manifest-path"])
@@ -126,6 +128,26 @@ fn new_then_build_then_serve_then_request() {
         .unwrap();
     assert!(build.status.success(), "{}", stderr(&build));
     let wasm = built.path().join("greeter.wasm");
+    // Its job runs now with `ankh run`, under the policy `ankh new` wrote.
+    std::fs::copy(
+        dir.path().join("greeter.toml"),
+        built.path().join("greeter.toml"),
+    )
+    .unwrap();
+    let run = Command::new(ankh_bin())
+        .args(["run", "greeter", "tick", "--kv", "memory", "--plugins"])
+        .arg(built.path())
+        .arg("--cache-dir")
+        .arg(crate::harness::test_cache_dir())
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(
+        String::from_utf8_lossy(&run.stdout).contains("greeter tick: ok"),
+        "{}",
+        stderr(&run)
+    );
+    assert!(stderr(&run).contains("tick due at"), "{}", stderr(&run));
     let s = Options::default().plugin(wasm.to_str().unwrap()).start();
     assert_eq!(s.get("/greeter"), (200, "greeter is running\n".to_owned()));
     let (status, body) = s.get("/greeter/hello/Ada");

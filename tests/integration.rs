@@ -59,3 +59,5 @@ mod outbound;
 mod streaming;
 // Configuration values and secrets (wasi:config/store), issue 36.
 mod config;
+// Scheduled jobs: ticks, failures, overlap, `ankh run`, issue 36.
+mod schedules;

@@ -573,3 +573,91 @@ fn processes_without_a_shared_store_are_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--kv redis://"), "{err}");
 }
+
+/// The ticks the job probe ran, `(due_ms, times)`, and the runs it counted. Asked on a new
+/// connection each time, again if it lands on a process as it is killed.
+fn job_ticks(addr: SocketAddr) -> (Vec<(u64, u64)>, u64) {
+    let started = Instant::now();
+    let body = loop {
+        let answer = agent()
+            .get(&format!("http://{addr}/jobsprobe/ticks"))
+            .call()
+            .and_then(|r| r.into_body().read_to_string());
+        match answer {
+            Ok(body) => break body,
+            Err(e) => assert!(started.elapsed() < PATIENCE, "{e}"),
+        }
+    };
+    let mut ticks = Vec::new();
+    let mut runs = 0;
+    for line in body.lines() {
+        let (a, b) = line.split_once(' ').unwrap();
+        if a == "runs" {
+            runs = b.parse().unwrap();
+        } else {
+            ticks.push((a.parse().unwrap(), b.parse().unwrap()));
+        }
+    }
+    (ticks, runs)
+}
+
+// See: issue 36, "Exactly one run per tick across processes": three processes on one Redis
+// compute the same ticks and claim each in Redis; one killed with -9 leaves the ticks to the
+// others (and to itself, started again).
+#[test]
+fn three_processes_run_each_tick_once_even_when_one_is_killed() {
+    let Some(redis) = Redis::start("ticks") else {
+        return;
+    };
+    let mut s = Options::default()
+        .plugin(plugins::JOBSPROBE)
+        .file(
+            "jobsprobe.toml",
+            b"[[schedule]]\nname = \"count\"\nevery = \"250ms\"\n",
+        )
+        .flag("--kv", redis.url())
+        .flag("--processes", 3)
+        .flag("--workers", 2)
+        .start();
+    s.wait_for_log_count("schedule count of plugin `jobsprobe`: every 250ms", 3);
+    let addr = s.addr;
+    let wait_runs = |n: u64| {
+        let started = Instant::now();
+        loop {
+            let (_, runs) = job_ticks(addr);
+            if runs >= n {
+                return runs;
+            }
+            assert!(started.elapsed() < PATIENCE, "the job ran {runs} times");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_runs(8);
+    let children: Vec<u32> =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", s.pid()))
+            .unwrap()
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect();
+    assert_eq!(children.len(), 3, "{}", s.log());
+    signal(children[0], "KILL");
+    let at_kill = wait_runs(0);
+    wait_runs(at_kill + 12);
+    s.wait_for_log("starting it again");
+    let (ticks, runs) = job_ticks(addr);
+    for (due, n) in &ticks {
+        assert_eq!(*n, 1, "tick {due} ran {n} times: {ticks:?}");
+    }
+    assert_eq!(runs, ticks.len() as u64, "{ticks:?}");
+    // Every tick from the first to the last ran, but for the one the killed process may
+    // have claimed as it died, and two a loaded machine may have let pass unclaimed.
+    let (first, last) = (ticks[0].0, ticks[ticks.len() - 1].0);
+    let expected = (last - first) / 250 + 1;
+    let missing = expected - ticks.len() as u64;
+    assert!(
+        missing <= 3,
+        "{missing} of {expected} ticks missing: {ticks:?}"
+    );
+    s.signal("TERM");
+    assert!(s.wait_exit().success(), "{}", s.log());
+}

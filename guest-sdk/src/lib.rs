@@ -92,6 +92,7 @@ mod packed;
 mod pattern;
 mod percent;
 mod router;
+pub mod schedule;
 pub mod sse;
 #[cfg(test)]
 mod test_support;
@@ -109,7 +110,7 @@ pub mod prelude {
     pub use crate::ws::{self, WebSocketHandler};
     pub use crate::{
         BodyWriter, IntoOutcome, JsonError, Outcome, Request, Response, Router, StreamError,
-        config, http, kv, log, sse,
+        config, http, kv, log, schedule, sse,
     };
 }
 
@@ -137,13 +138,15 @@ impl std::fmt::Display for HttpVersion {
     }
 }
 
-/// Exports a plugin: `export_plugin!(router_fn)` or
-/// `export_plugin!(router_fn, websocket = MyHandler)`.
+/// Exports a plugin: `export_plugin!(router_fn)`, with `websocket = MyHandler` and
+/// `jobs = jobs_fn` after it as the plugin needs (in that order).
 ///
 /// `router_fn` is a `fn() -> Router` (a path to a function, or a closure that captures
 /// nothing); each instance calls it once, on its first request, and keeps the router.
 /// `MyHandler` is a type that implements [`ws::WebSocketHandler`]; its functions receive the
-/// WebSocket events. Without it, WebSocket events are ignored.
+/// WebSocket events. Without it, WebSocket events are ignored. `jobs_fn` is a
+/// `fn() -> schedule::Jobs`: the functions run on the schedules the policy declares (see
+/// [`schedule`]).
 ///
 /// Use the macro once per plugin crate, at module level. The plugin needs no dependency
 /// besides `ankh-guest`.
@@ -170,7 +173,17 @@ macro_rules! export_plugin {
     ($router:expr $(,)?) => {
         $crate::export_plugin!($router, websocket = $crate::ws::NoWebSocket);
     };
+    ($router:expr, jobs = $jobs:expr $(,)?) => {
+        $crate::export_plugin!($router, websocket = $crate::ws::NoWebSocket, jobs = $jobs);
+    };
     ($router:expr, websocket = $websocket:ty $(,)?) => {
+        $crate::export_plugin!(
+            $router,
+            websocket = $websocket,
+            jobs = $crate::schedule::Jobs::new
+        );
+    };
+    ($router:expr, websocket = $websocket:ty, jobs = $jobs:expr $(,)?) => {
         const _: () = {
             struct AnkhPlugin;
 
@@ -198,9 +211,9 @@ macro_rules! export_plugin {
 
             impl $crate::bindings::exports::ankh::plugin::scheduled::Guest for AnkhPlugin {
                 fn run(
-                    _job: $crate::bindings::exports::ankh::plugin::scheduled::Job,
+                    job: $crate::bindings::exports::ankh::plugin::scheduled::Job,
                 ) -> ::std::result::Result<(), ::std::string::String> {
-                    ::std::result::Result::Err("this plugin has no scheduled jobs".into())
+                    $crate::schedule::run_export($jobs, job)
                 }
             }
 

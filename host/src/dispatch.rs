@@ -44,6 +44,8 @@ impl Dispatcher {
         for job in self.pool.take_queued() {
             match *job {
                 Job::Request(r) => unstarted.push((r.conn, r.seq)),
+                // Not run: its scheduler hears so when it is dropped here.
+                Job::Scheduled(_) => {}
                 job @ (Job::Event(_) | Job::Resume(_)) => {
                     if let Err(Busy(job)) = self.pool.submit_queued(Box::new(job)) {
                         tracing::warn!(?job, "event dropped while draining");
@@ -86,7 +88,9 @@ impl Dispatcher {
         }));
         self.pool.submit(job).map_err(|Busy(job)| match *job {
             Job::Event(e) => Undelivered::Busy(e.event),
-            Job::Request(_) | Job::Resume(_) => unreachable!("an event job was submitted"),
+            Job::Request(_) | Job::Scheduled(_) | Job::Resume(_) => {
+                unreachable!("an event job was submitted")
+            }
         })
     }
 

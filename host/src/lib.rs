@@ -68,6 +68,7 @@ pub mod config;
 pub mod loader;
 mod metrics;
 mod reload;
+pub mod scheduler;
 pub mod server;
 pub mod settings;
 

@@ -167,9 +167,41 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             server.run()?;
             Ok(())
         }
+        Command::Run(args) => {
+            let mut config = args.serve.into_config()?;
+            init_logging(&config.log);
+            // Its own server, quiet: no port of the real one's, no admin, no watching.
+            config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+            config.admin = None;
+            config.watch = false;
+            config.ready_file = None;
+            config.processes = 1;
+            config.reuse_port = false;
+            let server = Server::bind(&config)?;
+            let run = server.scheduler().run_now(&args.plugin, &args.schedule)?;
+            match run.outcome {
+                Ok(()) => {
+                    println!(
+                        "{} {}: ok in {} ms (run {})",
+                        args.plugin,
+                        args.schedule,
+                        run.took.as_millis(),
+                        run.id
+                    );
+                    Ok(())
+                }
+                Err(why) => anyhow::bail!(
+                    "{} {} failed after {} ms (run {}): {why}",
+                    args.plugin,
+                    args.schedule,
+                    run.took.as_millis(),
+                    run.id
+                ),
+            }
+        }
         Command::New(args) => {
             default_logging();
-            let root = cmd::new::create(&args.name, &args.dir, args.sdk.as_deref())?;
+            let root = cmd::new::create(&args.name, &args.dir, args.sdk.as_deref(), args.schedule)?;
             println!(
                 "created {}: build it with `ankh build {}`, then serve it at /{}\n\
                  (a crate of its own, with its own Cargo.lock and target/: its first build \

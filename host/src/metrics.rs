@@ -107,6 +107,8 @@ pub struct PluginMetrics {
     /// Outbound HTTP requests by origin (`scheme://host:port`; at most
     /// [`OUTBOUND_ORIGINS_COUNTED`](crate::limits::OUTBOUND_ORIGINS_COUNTED), then `other`).
     outbound: Mutex<BTreeMap<String, OriginStats>>,
+    /// Runs of its schedules, by schedule name.
+    schedules: Mutex<BTreeMap<String, ScheduleStats>>,
     /// Instances kept between calls.
     pub idle_instances: AtomicI64,
     /// Calls started and not finished: running, or suspended in a wait.
@@ -217,7 +219,54 @@ struct OriginStats {
     duration_us: u64,
 }
 
+/// The runs of one schedule.
+#[derive(Debug, Default, Clone, Copy)]
+struct ScheduleStats {
+    runs: u64,
+    failures: u64,
+    skips: u64,
+    duration_us: u64,
+}
+
+/// What became of one tick of a schedule, for its counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tick {
+    /// It ran for this long; `ok`: the job said it succeeded.
+    Ran { took: Duration, ok: bool },
+    /// It did not run here or anywhere: a run was still going, the plugin or the queue was
+    /// full, the store could not be asked, or the server stopped first.
+    Skipped,
+}
+
 impl PluginMetrics {
+    /// A tick of schedule `name` ran or was skipped. Schedules are declared (at most
+    /// [`SCHEDULES_PER_PLUGIN`](crate::limits::SCHEDULES_PER_PLUGIN) a version), so the
+    /// names are bounded by the policies a plugin was loaded with.
+    pub(crate) fn schedule(&self, name: &str, tick: Tick) {
+        let mut map = self
+            .schedules
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let stats = map.entry(name.to_owned()).or_default();
+        match tick {
+            Tick::Ran { took, ok } => {
+                stats.runs += 1;
+                stats.failures += u64::from(!ok);
+                stats.duration_us += took.as_micros() as u64;
+            }
+            Tick::Skipped => stats.skips += 1,
+        }
+    }
+
+    /// Schedule `name` exists: its counters are shown, at zero, before its first tick.
+    pub(crate) fn schedule_declared(&self, name: &str) {
+        let mut map = self
+            .schedules
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.entry(name.to_owned()).or_default();
+    }
+
     /// An outbound request to `origin` ended (`ok`: a response head arrived) after `took`.
     pub(crate) fn outbound(&self, origin: &str, took: Duration, ok: bool) {
         let mut map = self.outbound.lock().unwrap_or_else(PoisonError::into_inner);
@@ -615,6 +664,45 @@ impl Metrics {
                 |o| (o.duration_us as f64 / 1e6).to_string(),
             ),
         ];
+        let schedules: [Family<ScheduleStats>; 4] = [
+            (
+                "ankh_schedule_runs_total",
+                "Runs of a plugin's schedule in this process (a tick runs in one process of those sharing a store).",
+                "counter",
+                |s| s.runs.to_string(),
+            ),
+            (
+                "ankh_schedule_failures_total",
+                "Runs that failed: the job returned an error, trapped or ran out of time.",
+                "counter",
+                |s| s.failures.to_string(),
+            ),
+            (
+                "ankh_schedule_skips_total",
+                "Ticks not run: the previous run was still going (overlap), the plugin or the queue was full, or the store could not be asked.",
+                "counter",
+                |s| s.skips.to_string(),
+            ),
+            (
+                "ankh_schedule_run_seconds_total",
+                "Time the runs took, together.",
+                "counter",
+                |s| (s.duration_us as f64 / 1e6).to_string(),
+            ),
+        ];
+        for (name, help, kind, value) in schedules {
+            family(&mut out, name, help, kind);
+            for (plugin, m) in plugins.iter() {
+                let map = m.schedules.lock().unwrap_or_else(PoisonError::into_inner);
+                for (schedule, stats) in map.iter() {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{plugin=\"{plugin}\",schedule=\"{schedule}\"}} {}",
+                        value(stats)
+                    );
+                }
+            }
+        }
         for (name, help, kind, value) in outbound {
             family(&mut out, name, help, kind);
             for (plugin, m) in plugins.iter() {

@@ -32,6 +32,7 @@ pub struct Server {
     _reloader: Option<crate::reload::Reloader>,
     _values: crate::reload::ValuesWatch,
     values_handle: crate::reload::ValuesHandle,
+    scheduler: crate::scheduler::Scheduler,
 }
 
 impl std::fmt::Debug for Server {
@@ -162,6 +163,8 @@ impl Server {
             metrics.clone(),
         )
         .context("cannot start worker threads")?;
+        let scheduler =
+            crate::scheduler::Scheduler::new(registry.clone(), pool.clone(), &store, hub.node());
         let dispatcher = Dispatcher::new(registry.clone(), pool, hub.node());
         let depth = dispatcher.depth_probe();
         let (loops, stop) = shards::build(
@@ -203,6 +206,7 @@ impl Server {
             _reloader: reloader,
             _values: values_watch,
             values_handle,
+            scheduler,
         })
     }
 
@@ -216,8 +220,17 @@ impl Server {
         self.values_handle.clone()
     }
 
-    /// Serves on the calling thread until stopped or drained. Writes the ready file first.
+    /// What runs the plugins' schedules (`ankh run` asks it for one run).
+    pub fn scheduler(&self) -> crate::scheduler::Scheduler {
+        self.scheduler.clone()
+    }
+
+    /// Serves on the calling thread until stopped or drained: the schedules start ticking,
+    /// and the ready file is written, first.
     pub fn run(self) -> anyhow::Result<Ended> {
+        self.scheduler
+            .start()
+            .context("cannot start the scheduler thread")?;
         if let Some(path) = &self.ready_file {
             write_ready_file(path, self.local_addr)
                 .with_context(|| format!("cannot write ready file {}", path.display()))?;

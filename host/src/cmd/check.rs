@@ -278,6 +278,14 @@ fn describe(policy: &Policy, loaded: Loaded, text: &mut String) {
         };
         let _ = writeln!(text, "  value:         {} ({kind})", value.name);
     }
+    for schedule in &policy.schedules {
+        let _ = writeln!(
+            text,
+            "  schedule:      {}: {}",
+            schedule.name,
+            schedule.describe()
+        );
+    }
 }
 
 /// A warning when an instance's memory cannot hold the largest body it may be sent twice:

@@ -1,4 +1,4 @@
-//! The command line: `ankh serve` and `ankh build`. Flags are parsed here and turned into
+//! The command line: `ankh serve`, `build`, `check`, `dev`, `new` and `run`. Flags are parsed here and turned into
 //! validated configuration; nothing else reads them.
 
 use std::path::PathBuf;
@@ -37,6 +37,25 @@ pub(crate) enum Command {
     /// Create a plugin crate from a template (a router, a JSON route, a test) that builds with
     /// `ankh build` as it is.
     New(NewArgs),
+    /// Run one scheduled job of a plugin now, once, and say how it went (for development).
+    /// Loads the plugins directory as `serve` would, with the same store, without listening.
+    /// Exits non-zero when the job fails.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The plugin (NAME of NAME.wasm in the plugins directory).
+    #[arg(value_name = "PLUGIN")]
+    pub plugin: String,
+
+    /// The schedule, by the name its policy declares.
+    #[arg(value_name = "SCHEDULE")]
+    pub schedule: String,
+
+    /// The server's settings (the same flags as `serve`).
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 #[derive(Debug, Args)]
@@ -67,6 +86,11 @@ pub(crate) struct NewArgs {
     /// The guest SDK (`ankh-guest`) to depend on [default: the one next to this build's sources].
     #[arg(long, value_name = "PATH")]
     pub sdk: Option<PathBuf>,
+
+    /// Add a scheduled job: its function in the crate, and its `[[schedule]]` (every minute)
+    /// in DIR/NAME.toml, the policy `ankh build DIR` and `ankh dev DIR` put NAME.wasm beside.
+    #[arg(long)]
+    pub schedule: bool,
 }
 
 #[derive(Debug, Args)]

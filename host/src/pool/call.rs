@@ -14,7 +14,7 @@ use crate::access::Access;
 use crate::limits::LOOP_BODY_BYTES;
 use crate::message::{ConnId, WsEvent, WsId};
 use crate::pool::exchange::{Exchange, Origin, Responder};
-use crate::pool::job::{EventJob, RequestJob};
+use crate::pool::job::{EventJob, RequestJob, RunOutcome, ScheduledJob};
 use crate::pool::reply::{Inflated, Replies, Reply};
 use crate::proto::{header, ws};
 use crate::runtime::bindings::types;
@@ -40,6 +40,11 @@ pub(super) enum Fallback {
         conn: ConnId,
         ws: WsId,
         plugin: Arc<str>,
+    },
+    /// A run of a schedule: its scheduler hears of it when the run's future is dropped.
+    Scheduled {
+        plugin: Arc<str>,
+        schedule: Arc<str>,
     },
 }
 
@@ -74,6 +79,9 @@ impl Fallback {
                 let to = to_connection(reply, conn, seq);
                 let mut call = Exchange::new(*origin, plugin, to);
                 call.respond_error(500, "internal error in the ankh host");
+            }
+            Fallback::Scheduled { plugin, schedule } => {
+                tracing::error!(%plugin, %schedule, "worker panicked while running a scheduled job");
             }
             Fallback::Event { conn, ws, plugin } => {
                 tracing::error!(%plugin, ws, "worker panicked while delivering an event");
@@ -417,6 +425,47 @@ impl Call {
             ws: ws_id,
             inflated: None,
         });
+    }
+
+    /// One run of a schedule, reported to its scheduler.
+    pub(super) async fn run_job(mut self, job: ScheduledJob) {
+        let ScheduledJob {
+            plugin: _,
+            schedule,
+            due_ms,
+            id,
+            slot,
+            done,
+        } = job;
+        let _slot = slot;
+        let record = crate::runtime::engine::world::JobRecord {
+            schedule: schedule.to_string(),
+            due_ms,
+            id: format!("{id:016x}"),
+        };
+        let context = format!("schedule {schedule}");
+        let outcome = match self.instance().await {
+            Ok(instance) => match instance.run_job(record, id).await {
+                Ok(Ok(())) => {
+                    self.recycle_if_due(true);
+                    RunOutcome::Ok
+                }
+                Ok(Err(why)) => {
+                    self.recycle_if_due(true);
+                    RunOutcome::Failed(why)
+                }
+                Err(failure) => {
+                    self.discard(&failure, Some(id), &context);
+                    RunOutcome::Failed(failure.error.to_string())
+                }
+            },
+            Err(failure) => {
+                self.discard(&failure, Some(id), &format!("instantiating for {context}"));
+                RunOutcome::Failed(failure.error.to_string())
+            }
+        };
+        done.report(outcome);
+        self.finish()
     }
 
     /// One event of a WebSocket (none when its message failed to inflate), then `EventDone`

@@ -101,7 +101,7 @@ pub(super) fn try_start(job: Box<Job>) -> Result<(), Box<Job>> {
     let eligible = match &*job {
         Job::Request(_) => true,
         Job::Event(e) => !matches!(e.event, WsEvent::Compressed(_)),
-        Job::Resume(_) => false,
+        Job::Scheduled(_) | Job::Resume(_) => false,
     };
     if !eligible {
         return Err(job);

@@ -85,6 +85,15 @@ pub(super) fn running(
             };
             (fallback, Box::pin(deliver))
         }
+        Job::Scheduled(job) => {
+            metrics = job.plugin.metrics.clone();
+            let fallback = Fallback::Scheduled {
+                plugin: job.plugin.name.clone(),
+                schedule: job.schedule.clone(),
+            };
+            let call = Call::new(job.plugin.clone(), reply.clone(), link.clone());
+            (fallback, Box::pin(call.run_job(job)))
+        }
         Job::Resume(running) => return running,
     };
     slots.in_flight().fetch_add(1, Ordering::Relaxed);

@@ -83,6 +83,28 @@ impl Instance {
         (result.map_err(|e| self.classify(e)), take_back(call))
     }
 
+    /// Runs one job of a schedule; `Ok(Err(why))` when the job said it failed. `id` tags
+    /// the plugin's log lines, as a request's id does.
+    pub(crate) async fn run_job(
+        &mut self,
+        job: crate::runtime::engine::world::JobRecord,
+        id: u64,
+    ) -> Result<Result<(), String>, Failure> {
+        self.arm(None);
+        self.store
+            .data_mut()
+            .tags
+            .request
+            .store(id, Ordering::Relaxed);
+        let result = self.bindings.run_job(&mut self.store, job).await;
+        self.store
+            .data_mut()
+            .tags
+            .request
+            .store(0, Ordering::Relaxed);
+        result.map_err(|e| self.classify(e))
+    }
+
     /// Delivers the open event of WebSocket `ws`, with the request that asked for it.
     pub(crate) async fn on_open(
         &mut self,

@@ -280,6 +280,21 @@ impl Plugin {
             None => Pre::new(linker.instantiate_pre(&component).map_err(world_error)?)
                 .map_err(world_error)?,
         };
+        if !policy.schedules.is_empty() && !pre.runs_jobs() {
+            return Err(LoadError::World {
+                path: path.to_owned(),
+                reason: format!(
+                    "its policy declares schedules ({}) and it does not export `{}` (the SDK's `export_plugin!(router, jobs = ...)` does)",
+                    policy
+                        .schedules
+                        .iter()
+                        .map(|s| s.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    crate::runtime::engine::world::SCHEDULED
+                ),
+            });
+        }
         // wasmtime serve's model: a fresh instance per request, unless the policy asks for
         // reuse (a proxy component need not expect its export to be called twice).
         let mut policy = policy;
@@ -295,6 +310,9 @@ impl Plugin {
         );
         let metrics = runtime.metrics.plugin(&name);
         metrics.cpu.set_cap(policy.cpu_per_minute);
+        for schedule in &policy.schedules {
+            metrics.schedule_declared(&schedule.name);
+        }
         let outbound = Arc::new(crate::runtime::host::outbound::Outbound::new(
             name.clone(),
             policy.http.clone(),
@@ -398,6 +416,17 @@ impl Plugin {
     /// passed, `ankh:plugin@0.1.0` or `wasi:http/proxy@0.2`).
     pub fn world(&self) -> std::borrow::Cow<'static, str> {
         self.pre.world()
+    }
+
+    /// `text` (something the guest said: a job's error) with the plugin's secrets masked,
+    /// as its log lines have them.
+    pub(crate) fn mask<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        self.kit.log_budget.mask(text)
+    }
+
+    /// Whether it exports `scheduled`, so that its schedules can run.
+    pub fn runs_jobs(&self) -> bool {
+        self.pre.runs_jobs()
     }
 
     /// Whether it is a WASI 0.3 component, whose instances serve requests side by side.

@@ -44,10 +44,32 @@ pub(crate) enum Packed {
     Answer(AnswerFunc),
 }
 
+/// `scheduled.job` as the host passes it (the `sdk-plugin` world's export, which the host's
+/// bindings of the `plugin` world do not name).
+#[derive(wasmtime::component::ComponentType, wasmtime::component::Lower, Debug, Clone)]
+#[component(record)]
+pub(crate) struct JobRecord {
+    pub schedule: String,
+    #[component(name = "due-ms")]
+    pub due_ms: u64,
+    pub id: String,
+}
+
+/// `scheduled.run`.
+type RunFunc = TypedFunc<(JobRecord,), (Result<(), String>,)>;
+
+/// The interface a component exports to be run on a schedule.
+pub(crate) const SCHEDULED: &str = "ankh:plugin/scheduled@0.3.0";
+
 /// A pre-instantiated plugin of either world.
 pub(crate) enum Pre {
-    /// With where its `packed-handler` function is, when it exports one.
-    Current(bindings::PluginPre<HostState>, Option<PackedExport>),
+    /// With where its `packed-handler` function is, when it exports one, and its
+    /// `scheduled.run`, likewise.
+    Current(
+        bindings::PluginPre<HostState>,
+        Option<PackedExport>,
+        Option<ComponentExportIndex>,
+    ),
     /// `ankh:plugin@0.2.0`, likewise.
     V02(v02::PluginPre<HostState>, Option<PackedExport>),
     Legacy(legacy::PluginPre<HostState>),
@@ -60,7 +82,7 @@ pub(crate) enum Pre {
 
 /// A live instance's exports, of either world.
 pub(crate) enum Exports {
-    Current(bindings::Plugin, Option<Packed>),
+    Current(bindings::Plugin, Option<Packed>, Option<RunFunc>),
     V02(v02::Plugin, Option<Packed>),
     Legacy(legacy::Plugin),
     Proxy(Proxy),
@@ -76,7 +98,8 @@ impl Pre {
         let e = match bindings::PluginPre::new(pre.clone()) {
             Ok(current) => {
                 let packed = packed_export(pre.component(), pre.engine(), 0)?;
-                return Ok(Pre::Current(current, packed));
+                let scheduled = scheduled_export(pre.component());
+                return Ok(Pre::Current(current, packed, scheduled));
             }
             Err(e) => e,
         };
@@ -93,6 +116,11 @@ impl Pre {
         }
     }
 
+    /// Whether it exports `scheduled` (so that it can be run on a schedule).
+    pub(crate) fn runs_jobs(&self) -> bool {
+        matches!(self, Pre::Current(_, _, Some(_)))
+    }
+
     /// Whether it is a `wasi:http/proxy` component.
     pub(crate) fn is_proxy(&self) -> bool {
         matches!(self, Pre::Proxy(_))
@@ -101,13 +129,13 @@ impl Pre {
     /// The world the component targets, and for the current one how its requests are passed.
     pub(crate) fn world(&self) -> std::borrow::Cow<'static, str> {
         let name = match self {
-            Pre::Current(_, Some(PackedExport::Answer(_))) => {
+            Pre::Current(_, Some(PackedExport::Answer(_)), _) => {
                 "ankh:plugin@0.3.0 (requests as two buffers, answers as one: packed-handler)"
             }
-            Pre::Current(_, Some(PackedExport::Record(_))) => {
+            Pre::Current(_, Some(PackedExport::Record(_)), _) => {
                 "ankh:plugin@0.3.0 (requests as two buffers: packed-handler)"
             }
-            Pre::Current(_, None) => "ankh:plugin@0.3.0 (requests as a record: handler)",
+            Pre::Current(_, None, _) => "ankh:plugin@0.3.0 (requests as a record: handler)",
             Pre::V02(_, Some(PackedExport::Answer(_))) => {
                 "ankh:plugin@0.2.0 (requests as two buffers, answers as one: packed-handler)"
             }
@@ -132,10 +160,16 @@ impl Pre {
         store: &mut Store<HostState>,
     ) -> wasmtime::Result<Exports> {
         Ok(match self {
-            Pre::Current(p, packed) => {
+            Pre::Current(p, packed, scheduled) => {
                 let instance = p.instance_pre().instantiate_async(&mut *store).await?;
                 let exports = bindings::Plugin::new(&mut *store, &instance)?;
-                Exports::Current(exports, packed_func(store, &instance, packed)?)
+                let run = match scheduled {
+                    Some(index) => Some(instance.get_typed_func(&mut *store, index).map_err(
+                        |e| e.context("its `scheduled.run` export has another signature than in wit/plugin.wit"),
+                    )?),
+                    None => None,
+                };
+                Exports::Current(exports, packed_func(store, &instance, packed)?, run)
             }
             Pre::V02(p, packed) => {
                 let instance = p.instance_pre().instantiate_async(&mut *store).await?;
@@ -168,6 +202,12 @@ fn packed_func(
         }
         None => None,
     })
+}
+
+/// Where `scheduled.run` is, if the component exports it.
+fn scheduled_export(component: &Component) -> Option<ComponentExportIndex> {
+    let interface = component.get_export_index(None, SCHEDULED)?;
+    component.get_export_index(Some(&interface), "run")
 }
 
 /// Where the `packed-handler` function the host calls is, if the component exports one:
@@ -247,7 +287,7 @@ impl Exports {
         store: &mut Store<HostState>,
         request: &mut Incoming,
     ) -> wasmtime::Result<Returned> {
-        let (Exports::Current(_, Some(packed)) | Exports::V02(_, Some(packed))) = self else {
+        let (Exports::Current(_, Some(packed), _) | Exports::V02(_, Some(packed))) = self else {
             // Boxed: with the record paths inline this future was 2.3 KB, the packed call's
             // alone is 440 bytes, and every call's future is as large as its largest path.
             return Box::pin(self.handle_record(store, request)).await;
@@ -269,7 +309,7 @@ impl Exports {
     ) -> wasmtime::Result<Returned> {
         let record = request.lend();
         let outcome = match self {
-            Exports::Current(p, _) => {
+            Exports::Current(p, _, _) => {
                 p.ankh_plugin_handler()
                     .call_handle_request(&mut *store, &record)
                     .await
@@ -296,6 +336,20 @@ impl Exports {
         outcome.map(Returned::Record)
     }
 
+    /// Runs one job of a schedule: `Ok(Err(why))` when the job said it failed.
+    pub(crate) async fn run_job(
+        &self,
+        store: &mut Store<HostState>,
+        job: JobRecord,
+    ) -> wasmtime::Result<Result<(), String>> {
+        match self {
+            Exports::Current(_, _, Some(run)) => Ok(run.call_async(store, (job,)).await?.0),
+            _ => Ok(Err(
+                "the plugin exports no `ankh:plugin/scheduled@0.3.0`".to_owned()
+            )),
+        }
+    }
+
     pub(crate) async fn on_open(
         &self,
         store: &mut Store<HostState>,
@@ -303,7 +357,7 @@ impl Exports {
         request: &types::Request,
     ) -> wasmtime::Result<()> {
         match self {
-            Exports::Current(p, _) => {
+            Exports::Current(p, _, _) => {
                 p.ankh_plugin_websocket_handler()
                     .call_on_open(store, conn, request)
                     .await
@@ -330,7 +384,7 @@ impl Exports {
         message: &types::Message,
     ) -> wasmtime::Result<()> {
         match self {
-            Exports::Current(p, _) => {
+            Exports::Current(p, _, _) => {
                 p.ankh_plugin_websocket_handler()
                     .call_on_message(store, conn, message)
                     .await
@@ -357,7 +411,7 @@ impl Exports {
         info: &types::CloseInfo,
     ) -> wasmtime::Result<()> {
         match self {
-            Exports::Current(p, _) => {
+            Exports::Current(p, _, _) => {
                 p.ankh_plugin_websocket_handler()
                     .call_on_close(store, conn, info)
                     .await

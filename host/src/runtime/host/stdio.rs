@@ -95,6 +95,11 @@ impl LogBudget {
             metrics,
         })
     }
+
+    /// `text` with the plugin's secrets masked.
+    pub(crate) fn mask<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        crate::runtime::engine::values::mask(text, &self.secrets)
+    }
 }
 
 /// A `StdoutStream` for `WasiCtxBuilder::stdout` / `stderr`.
