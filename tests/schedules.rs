@@ -327,3 +327,23 @@ fn after_downtime_only_a_catch_up_runs_and_only_the_last_missed_tick() {
     assert!(between.is_empty(), "{ticks_now:?}");
     assert!(ticks_now.iter().all(|(_, n)| *n == 1), "{ticks_now:?}");
 }
+
+/// A job that would run for a minute is stopped at its plugin's `handler_timeout_ms`,
+/// counted as a failure, and its schedule is free for the next tick.
+#[test]
+fn a_job_that_runs_too_long_is_stopped_at_its_timeout_and_the_schedule_goes_on() {
+    let s = start(
+        "[limits]\nhandler_timeout_ms = 300\n\n\
+         [[schedule]]\nname = \"count\"\nevery = \"500ms\"\n\n\
+         [[config]]\nname = \"sleep_ms\"\ndefault = \"60000\"\n",
+    );
+    wait_metric(
+        admin_addr(&s),
+        "ankh_schedule_failures_total",
+        &[("plugin", "jobsprobe"), ("schedule", "count")],
+        |v| v >= 2.0,
+    );
+    let log = s.log();
+    assert!(log.contains("scheduled job failed"), "{log}");
+    assert_eq!(s.get("/jobsprobe/ticks").0, 200);
+}
