@@ -113,6 +113,8 @@ pub struct ServeConfig {
     /// The secrets file or directory plugins' values are read from (see
     /// [`crate::runtime::engine::values`]).
     pub secrets: Option<PathBuf>,
+    /// Where spans are exported (OTLP over HTTP), if anywhere (see [`crate::trace`]).
+    pub otlp_endpoint: Option<crate::trace::Endpoint>,
     /// Plugins' values given in the config file (`[[values]]`): plugin, name, value. The
     /// runtime starts from these and reads the file again when it changes.
     pub values: Vec<BTreeMap<String, String>>,
@@ -168,6 +170,7 @@ impl ServeConfig {
             admin: None,
             ready_file: None,
             secrets: None,
+            otlp_endpoint: None,
             values: Vec::new(),
             log: LogConfig {
                 json: false,
@@ -554,6 +557,28 @@ static SERVER: &[Setting<ServeConfig>] = &[
         default: || Value::Unset,
         apply: |c, v| set(&mut c.secrets, v.path()),
         read: |c| c.secrets.clone().map_or(Value::Unset, Value::Path),
+    },
+    Setting {
+        key: "otlp_endpoint",
+        flag: Flag::Value {
+            long: "otlp-endpoint",
+            short: None,
+        },
+        kind: Kind::Text,
+        doc: "Export traces there: OTLP over HTTP (protobuf), `http://HOST[:PORT][/PATH]` (port 4318 and /v1/traces by default), typically a collector beside the server; requests without a traceparent then start a trace. Off by default: a traceparent a request carries is still logged and passed on",
+        default: || Value::Unset,
+        apply: |c, v| {
+            c.otlp_endpoint = match v {
+                Value::Text(text) => Some(text.parse()?),
+                _ => None,
+            };
+            Ok(())
+        },
+        read: |c| {
+            c.otlp_endpoint
+                .as_ref()
+                .map_or(Value::Unset, |e| Value::Text(e.to_string()))
+        },
     },
     Setting {
         key: "values",

@@ -61,6 +61,8 @@ pub mod net;
 
 // The access log, written by whoever answers.
 pub mod access;
+// Trace context in and out, spans, and their export over OTLP.
+pub mod trace;
 
 // The edges: configuration, loading plugins, the admin listener, assembly.
 mod admin;

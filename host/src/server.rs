@@ -76,6 +76,12 @@ impl Server {
         let local_addr = std_listener.local_addr()?;
         let listener = mio::net::TcpListener::from_std(std_listener);
 
+        if let Some(endpoint) = &config.otlp_endpoint {
+            let service = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "ankh".into());
+            crate::trace::install(endpoint.clone(), &service)
+                .context("cannot start the trace exporter")?;
+            tracing::info!("exporting traces to {endpoint} as service {service}");
+        }
         // Before anything listens: a store that cannot be opened (locked by another ankh,
         // corrupt, an uncreatable directory) stops the start with its one-line reason.
         let store = crate::kv::Store::open(&config.kv, &config.data_dir)?;

@@ -1,0 +1,382 @@
+//! Traces: the W3C trace context (`traceparent`) read from requests and passed on by outbound
+//! calls, and spans of the request, the plugin call, each key-value operation, each outbound
+//! call and each WebSocket event, exported over OTLP (HTTP, protobuf) when an endpoint is
+//! configured (`--otlp-endpoint`, see [`export`]).
+//!
+//! Without an endpoint nothing is recorded: a request that carries a `traceparent` still has
+//! its trace id in the access log and the plugin's log lines, and its outbound calls pass the
+//! same `traceparent` on (an untraced hop, as the W3C recommendation allows), so a trace
+//! crosses ankh whether or not ankh exports. With one, a request without a `traceparent`
+//! starts a trace, and every span is sent (sampling is the caller's: a `traceparent` whose
+//! sampled flag is off is passed on and not recorded).
+
+pub(crate) mod export;
+
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::sync::OnceLock;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use export::Endpoint;
+
+/// A span's place in its trace, as `traceparent` carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanContext {
+    pub trace_id: u128,
+    pub span_id: u64,
+    /// The caller records this trace (the `sampled` flag).
+    pub sampled: bool,
+}
+
+/// Longest `tracestate` kept (the W3C limit is 32 members; 512 bytes is what a vendor must
+/// at least pass on).
+const TRACESTATE_MAX_BYTES: usize = 512;
+
+impl SpanContext {
+    /// A `traceparent` value: `00-<32 hex>-<16 hex>-<2 hex>`. A later version is read by its
+    /// first four fields, as the recommendation says; version `ff`, all-zero ids, upper-case
+    /// hex and anything malformed are not a context.
+    pub fn parse(value: &[u8]) -> Option<SpanContext> {
+        let text = std::str::from_utf8(value).ok()?.trim_matches([' ', '\t']);
+        let bytes = text.as_bytes();
+        if bytes.len() < 55 || (bytes.len() > 55 && bytes[55] != b'-') {
+            return None;
+        }
+        let hex = |s: &str| {
+            s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        let (version, trace, span, flags) =
+            (&text[0..2], &text[3..35], &text[36..52], &text[53..55]);
+        if bytes[2] != b'-' || bytes[35] != b'-' || bytes[52] != b'-' {
+            return None;
+        }
+        if !(hex(version) && hex(trace) && hex(span) && hex(flags)) || version == "ff" {
+            return None;
+        }
+        if version == "00" && bytes.len() != 55 {
+            return None;
+        }
+        let trace_id = u128::from_str_radix(trace, 16).ok()?;
+        let span_id = u64::from_str_radix(span, 16).ok()?;
+        let flags = u8::from_str_radix(flags, 16).ok()?;
+        (trace_id != 0 && span_id != 0).then_some(SpanContext {
+            trace_id,
+            span_id,
+            sampled: flags & 1 == 1,
+        })
+    }
+
+    /// The `traceparent` value that names this span.
+    pub fn traceparent(&self) -> String {
+        format!(
+            "00-{:032x}-{:016x}-{:02x}",
+            self.trace_id,
+            self.span_id,
+            u8::from(self.sampled)
+        )
+    }
+
+    /// A new span in the same trace.
+    pub fn child(&self) -> SpanContext {
+        SpanContext {
+            span_id: new_span_id(),
+            ..*self
+        }
+    }
+
+    /// The first span of a new trace.
+    pub fn root() -> SpanContext {
+        SpanContext {
+            trace_id: (u128::from(random()) << 64) | u128::from(random()),
+            span_id: new_span_id(),
+            sampled: true,
+        }
+    }
+
+    /// The trace id as logs and OTLP write it: 32 hex digits.
+    pub fn trace_hex(&self) -> String {
+        format!("{:032x}", self.trace_id)
+    }
+}
+
+/// The trace of one request: the span ankh makes of it (the server span), and what the
+/// client sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestTrace {
+    /// The request's span (recorded only with an exporter).
+    pub span: SpanContext,
+    /// The client's span, from its `traceparent`.
+    pub parent: Option<SpanContext>,
+    pub tracestate: Option<String>,
+    /// When the request was complete, in nanoseconds since the Unix epoch.
+    pub start_ns: u64,
+}
+
+impl RequestTrace {
+    /// The trace of a request with these headers: a child of its `traceparent`, or a new
+    /// trace when ankh exports; `None` when it has none and nothing is exported (the cost
+    /// of tracing off is this look at the header names).
+    pub fn for_headers(headers: &[(String, Vec<u8>)]) -> Option<Box<RequestTrace>> {
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_slice())
+        };
+        let parent = header("traceparent").and_then(SpanContext::parse);
+        let span = match parent {
+            Some(parent) => parent.child(),
+            None if exporting() => SpanContext::root(),
+            None => return None,
+        };
+        let tracestate = parent
+            .and_then(|_| header("tracestate"))
+            .filter(|v| v.len() <= TRACESTATE_MAX_BYTES)
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .map(str::to_owned);
+        Some(Box::new(RequestTrace {
+            span,
+            parent,
+            tracestate,
+            start_ns: now_ns(),
+        }))
+    }
+
+    /// What the request's calls pass on and parent their spans to: the request's span when
+    /// it is recorded, else the client's own (an untraced hop).
+    pub fn context(&self) -> SpanContext {
+        match self.parent {
+            Some(parent) if !self.recorded() => parent,
+            _ => self.span,
+        }
+    }
+
+    /// Whether its spans are recorded: an exporter is set and the caller samples.
+    pub fn recorded(&self) -> bool {
+        self.span.sampled && exporting()
+    }
+}
+
+/// What a span is to its trace (OTLP's span kinds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Internal,
+    Server,
+    Client,
+}
+
+/// A value of a span attribute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attr {
+    Text(Cow<'static, str>),
+    Int(i64),
+}
+
+/// A finished span, on its way to the exporter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    pub context: SpanContext,
+    pub parent: Option<u64>,
+    pub tracestate: Option<String>,
+    pub name: Cow<'static, str>,
+    pub kind: Kind,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub attributes: Vec<(&'static str, Attr)>,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+}
+
+/// A span being timed: started by [`Timed::start`], sent by [`Timed::end`].
+#[derive(Debug)]
+pub struct Timed {
+    pub context: SpanContext,
+    parent: Option<u64>,
+    name: Cow<'static, str>,
+    kind: Kind,
+    start_ns: u64,
+}
+
+impl Timed {
+    /// A child of `parent` starting now, if spans are recorded (an exporter is set, and the
+    /// trace is sampled).
+    pub fn start(
+        parent: Option<SpanContext>,
+        name: impl Into<Cow<'static, str>>,
+        kind: Kind,
+    ) -> Option<Timed> {
+        let parent = parent.filter(|p| p.sampled && exporting())?;
+        Some(Timed {
+            context: parent.child(),
+            parent: Some(parent.span_id),
+            name: name.into(),
+            kind,
+            start_ns: now_ns(),
+        })
+    }
+
+    /// The first span of a new trace, starting now, if spans are exported.
+    pub fn root(name: impl Into<Cow<'static, str>>, kind: Kind) -> Option<Timed> {
+        exporting().then(|| Timed {
+            context: SpanContext::root(),
+            parent: None,
+            name: name.into(),
+            kind,
+            start_ns: now_ns(),
+        })
+    }
+
+    /// Ends the span now and sends it.
+    pub fn end(self, attributes: Vec<(&'static str, Attr)>, error: Option<String>) {
+        record(Span {
+            context: self.context,
+            parent: self.parent,
+            tracestate: None,
+            name: self.name,
+            kind: self.kind,
+            start_ns: self.start_ns,
+            end_ns: now_ns(),
+            attributes,
+            error,
+        });
+    }
+}
+
+/// The exporter, once [`install`]ed.
+static EXPORTER: OnceLock<export::Exporter> = OnceLock::new();
+
+/// Exports spans to `endpoint` from now on (once per process; later calls change nothing).
+pub fn install(endpoint: Endpoint, service: &str) -> std::io::Result<()> {
+    if EXPORTER.get().is_some() {
+        return Ok(());
+    }
+    let exporter = export::Exporter::start(endpoint, service)?;
+    let _ = EXPORTER.set(exporter);
+    Ok(())
+}
+
+/// Whether spans are exported.
+pub fn exporting() -> bool {
+    EXPORTER.get().is_some()
+}
+
+/// Sends a finished span (dropped, and counted, when the exporter's queue is full).
+pub fn record(span: Span) {
+    if let Some(exporter) = EXPORTER.get()
+        && span.context.sampled
+    {
+        exporter.push(span);
+    }
+}
+
+/// The exporter's counters, for `/metrics`.
+pub(crate) fn stats() -> Option<&'static export::Stats> {
+    EXPORTER.get().map(export::Exporter::stats)
+}
+
+/// Nanoseconds since the Unix epoch.
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// A span id: random, never zero.
+fn new_span_id() -> u64 {
+    loop {
+        let id = random();
+        if id != 0 {
+            return id;
+        }
+    }
+}
+
+/// 64 random bits: SplitMix64 over a per-thread state seeded from std's randomly keyed
+/// hasher (ids need to be unique, not secret).
+fn random() -> u64 {
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new({
+            use std::hash::{BuildHasher, Hash, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            std::thread::current().id().hash(&mut h);
+            now_ns().hash(&mut h);
+            h.finish()
+        });
+    }
+    STATE.with(|state| {
+        let next = state.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+        state.set(next);
+        let mut z = next;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traceparent_is_read_as_the_recommendation_says() {
+        let good = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let c = SpanContext::parse(good).unwrap();
+        assert_eq!(c.trace_id, 0x4bf92f3577b34da6a3ce929d0e0e4736);
+        assert_eq!(c.span_id, 0x00f067aa0ba902b7);
+        assert!(c.sampled);
+        assert_eq!(c.traceparent().as_bytes(), good);
+        let unsampled =
+            SpanContext::parse(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00");
+        assert!(!unsampled.unwrap().sampled);
+        // A later version: its first fields, and whatever follows a dash.
+        assert!(
+            SpanContext::parse(b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-xyz")
+                .is_some()
+        );
+        for bad in [
+            &b"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"[..],
+            b"00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            b"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            b"00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            b"",
+        ] {
+            assert_eq!(
+                SpanContext::parse(bad),
+                None,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn children_keep_the_trace_and_get_their_own_span() {
+        let root = SpanContext::root();
+        let child = root.child();
+        assert_eq!(child.trace_id, root.trace_id);
+        assert_ne!(child.span_id, root.span_id);
+        assert_ne!(SpanContext::root().trace_id, root.trace_id);
+    }
+
+    #[test]
+    fn without_an_exporter_a_request_is_traced_only_if_it_says_so() {
+        assert_eq!(RequestTrace::for_headers(&[]), None);
+        let headers = vec![
+            (
+                "TraceParent".to_owned(),
+                b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_vec(),
+            ),
+            ("tracestate".to_owned(), b"congo=t61rcWkgMzE".to_vec()),
+        ];
+        let t = RequestTrace::for_headers(&headers).unwrap();
+        assert_eq!(t.span.trace_id, 0x4bf92f3577b34da6a3ce929d0e0e4736);
+        assert_eq!(t.tracestate.as_deref(), Some("congo=t61rcWkgMzE"));
+        // Not recorded here: what is passed on is the client's own span.
+        assert!(!t.recorded());
+        assert_eq!(t.context().span_id, 0x00f067aa0ba902b7);
+    }
+}
