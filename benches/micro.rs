@@ -215,6 +215,7 @@ fn plugin(c: &mut Criterion) {
         body: Vec::new(),
         inflow: None,
         remote: "127.0.0.1:50000".parse().unwrap(),
+        trace: None,
     };
     let origin = Origin {
         request_id: 1,
@@ -228,6 +229,7 @@ fn plugin(c: &mut Criterion) {
             path: "/bench".into(),
             received: std::time::Instant::now(),
             metrics: None,
+            trace: None,
         },
         stream: Default::default(),
     };

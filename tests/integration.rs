@@ -10,7 +10,7 @@
 #![allow(unreachable_pub)] // one test binary: `pub` only shares items between its modules
 
 // The shared harness: the server launcher and clients, metrics, WebSocket frames, services.
-use ankh_test_support::{harness, metrics, upstream, ws};
+use ankh_test_support::{harness, metrics, otlp, upstream, ws};
 
 // Request parsing and framing: A1-A8, A11-A13, A16.
 mod http1;
@@ -61,3 +61,5 @@ mod streaming;
 mod config;
 // Scheduled jobs: ticks, failures, overlap, `ankh run`, issue 36.
 mod schedules;
+// Traces: traceparent in and out, spans to a real OTLP receiver, across processes, issue 36.
+mod traces;

@@ -88,6 +88,7 @@ fn request(path: &str, mount: &str) -> Incoming {
         body: Vec::new(),
         inflow: None,
         remote: "127.0.0.1:1".parse().unwrap(),
+        trace: None,
     }
 }
 

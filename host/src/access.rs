@@ -48,6 +48,9 @@ pub struct Access {
     pub received: std::time::Instant,
     /// The plugin's counters, when a plugin answered.
     pub metrics: Option<Arc<crate::metrics::PluginMetrics>>,
+    /// The request's trace: its id goes in the line, and its span (the server span) is
+    /// recorded here, when it ends.
+    pub trace: Option<Box<crate::trace::RequestTrace>>,
 }
 
 /// One line's values.
@@ -60,6 +63,46 @@ struct Fields<'a> {
     request: RequestId,
 }
 
+/// The server span of a request that ended with `status` after `bytes`.
+fn record_span(
+    trace: &crate::trace::RequestTrace,
+    access: &Access,
+    status: u16,
+    bytes: usize,
+    plugin: &str,
+    request: Option<u64>,
+) {
+    use crate::trace::{Attr, Kind, Span};
+    let mut attributes = vec![
+        (
+            "http.request.method",
+            Attr::Text(access.method.to_string().into()),
+        ),
+        ("url.path", Attr::Text(access.path.to_string().into())),
+        ("http.response.status_code", Attr::Int(i64::from(status))),
+        ("http.response.body.size", Attr::Int(bytes as i64)),
+        (
+            "client.address",
+            Attr::Text(access.remote.ip().to_string().into()),
+        ),
+        ("ankh.plugin", Attr::Text(plugin.to_owned().into())),
+    ];
+    if let Some(id) = request {
+        attributes.push(("ankh.request", Attr::Text(format!("{id:016x}").into())));
+    }
+    crate::trace::record(Span {
+        context: trace.span,
+        parent: trace.parent.map(|p| p.span_id),
+        tracestate: trace.tracestate.clone(),
+        name: access.method.to_string().into(),
+        kind: Kind::Server,
+        start_ns: trace.start_ns,
+        end_ns: crate::trace::now_ns(),
+        attributes,
+        error: (status >= 500).then(|| format!("answered {status}")),
+    });
+}
+
 impl Access {
     /// One access-log line (target `ankh::access`, off with `--no-access-log`).
     /// `request` is the request id, `None` for requests no plugin saw (logged as `-`). Nothing
@@ -68,6 +111,9 @@ impl Access {
         let elapsed = self.received.elapsed();
         if let Some(m) = &self.metrics {
             m.response(status, elapsed);
+        }
+        if let Some(trace) = self.trace.as_deref().filter(|t| t.recorded()) {
+            record_span(trace, self, status, bytes, plugin, request);
         }
         if !tracing::enabled!(target: TARGET, tracing::Level::INFO) {
             return;
@@ -91,6 +137,7 @@ impl Access {
                 duration_us = fields.duration_us,
                 plugin = %plugin,
                 request = %fields.request,
+                trace = self.trace.as_ref().map(|t| t.span.trace_hex()),
                 "{} {} {status}",
                 self.method,
                 self.path
@@ -139,6 +186,9 @@ impl Fields<'_> {
         out.push_str(self.plugin);
         out.push_str(" request=");
         self.request.push(out);
+        if let Some(trace) = &a.trace {
+            let _ = write!(out, " trace={:032x}", trace.span.trace_id);
+        }
         out.push('\n');
     }
 
@@ -165,11 +215,11 @@ impl Fields<'_> {
             self.status, self.bytes, self.duration_us
         );
         json_str(out, self.plugin);
-        let _ = writeln!(
-            out,
-            "\",\"request\":\"{}\"}},\"target\":\"{TARGET}\"}}",
-            self.request
-        );
+        let _ = write!(out, "\",\"request\":\"{}\"", self.request);
+        if let Some(trace) = &a.trace {
+            let _ = write!(out, ",\"trace\":\"{:032x}\"", trace.span.trace_id);
+        }
+        let _ = writeln!(out, "}},\"target\":\"{TARGET}\"}}");
     }
 }
 
@@ -234,6 +284,7 @@ mod tests {
             path: path.into(),
             received: std::time::Instant::now(),
             metrics: None,
+            trace: None,
         }
     }
 

@@ -157,6 +157,7 @@ impl Dispatcher {
             });
         };
         let request_id = self.request_ids.fetch_add(1, Ordering::Relaxed);
+        let trace = crate::trace::RequestTrace::for_headers(&head.headers);
         let job = Box::new(Job::Request(RequestJob {
             conn,
             seq,
@@ -168,6 +169,7 @@ impl Dispatcher {
                 body,
                 inflow,
                 remote,
+                trace,
             },
             received: std::time::Instant::now(),
             slot: Some(slot),

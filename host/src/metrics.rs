@@ -441,6 +441,26 @@ impl Metrics {
                 kv.unavailable.load(Ordering::Relaxed).to_string(),
             );
         }
+        if let Some(traces) = crate::trace::stats() {
+            gauge(
+                "ankh_trace_spans_exported_total",
+                "Spans the OTLP collector took.",
+                "counter",
+                traces.exported.load(Ordering::Relaxed).to_string(),
+            );
+            gauge(
+                "ankh_trace_spans_dropped_total",
+                "Spans dropped: the exporter's queue was full, or their batch could not be sent.",
+                "counter",
+                traces.dropped.load(Ordering::Relaxed).to_string(),
+            );
+            gauge(
+                "ankh_trace_export_failures_total",
+                "Batches of spans the collector did not take (refused, unreachable, too slow).",
+                "counter",
+                traces.failed_batches.load(Ordering::Relaxed).to_string(),
+            );
+        }
 
         let family = |out: &mut String, name: &str, help: &str, kind: &str| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");

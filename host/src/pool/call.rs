@@ -596,6 +596,7 @@ fn origin(job: &RequestJob) -> Origin {
             path: job.request.head.path.clone(),
             received: job.received,
             metrics: Some(job.plugin.metrics.clone()),
+            trace: job.request.trace.clone(),
         },
         stream: crate::pool::exchange::StreamTerms {
             times: crate::message::StreamTimes {

@@ -1,7 +1,7 @@
 //! What ankh's tests and benches share, written once: temporary directories, the `ankh`
 //! launcher and its HTTP clients ([`harness`]), WebSocket clients and raw frames ([`ws`]),
 //! `/metrics` scraped and parsed ([`metrics`]), real Redis and nginx servers ([`services`]),
-//! a local HTTP service for plugins to call ([`upstream`]), the plugins built from source
+//! a local HTTP service for plugins to call ([`upstream`]), an OTLP receiver ([`otlp`]), the plugins built from source
 //! ([`harness::plugins`], by `build.rs` with [`build_plugins`]) and a `wasmtime serve` to
 //! compare with ([`wasmtime_serve`]).
 //!
@@ -12,6 +12,7 @@
 pub mod build_plugins;
 pub mod harness;
 pub mod metrics;
+pub mod otlp;
 pub mod services;
 pub mod upstream;
 pub mod wasmtime_serve;

@@ -84,6 +84,7 @@ impl<S: Transport> HttpConn<S> {
             path,
             received: Instant::now(),
             metrics: None,
+            trace: None,
         }
         .log(status, bytes, "-", None);
     }

@@ -25,6 +25,8 @@ pub struct Incoming {
     /// component; see [`crate::net::http::Route::streams_body`]).
     pub inflow: Option<crate::message::Inflow>,
     pub remote: SocketAddr,
+    /// Its trace, when it carries a `traceparent` or ankh exports spans.
+    pub trace: Option<Box<crate::trace::RequestTrace>>,
 }
 
 impl Incoming {
@@ -81,6 +83,7 @@ pub(crate) mod tests {
             body: body.to_vec(),
             inflow: None,
             remote: "10.0.0.7:4242".parse().unwrap(),
+            trace: None,
         }
     }
 

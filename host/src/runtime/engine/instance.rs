@@ -70,12 +70,34 @@ impl Instance {
         cancel: Cancel,
     ) -> (Result<Returned, Failure>, R) {
         self.arm(Some(cancel));
+        // The plugin call's span, a child of the request's; what its key-value operations
+        // and outbound calls are children of (or pass on, when nothing is recorded).
+        let span = request.trace.as_deref().and_then(|t| {
+            crate::trace::Timed::start(Some(t.span), "plugin call", crate::trace::Kind::Internal)
+                .filter(|_| t.recorded())
+        });
         let data = self.store.data_mut();
         data.tags.request.store(request.id, Ordering::Relaxed);
+        let context = span
+            .as_ref()
+            .map(|s| s.context)
+            .or_else(|| request.trace.as_ref().map(|t| t.context()));
+        if context.is_some() {
+            data.tags.set_trace(context);
+        }
         data.call = Some(Box::new(call));
         let result = self.bindings.handle_request(&mut self.store, request).await;
         let data = self.store.data_mut();
         data.tags.request.store(0, Ordering::Relaxed);
+        if context.is_some() {
+            data.tags.set_trace(None);
+        }
+        if let Some(span) = span {
+            let plugin = crate::trace::Attr::Text(data.tags.plugin.to_string().into());
+            // Not the error's text: a guest's own words stay in its (masked) log lines.
+            let error = result.as_ref().err().map(|_| "the call failed".to_owned());
+            span.end(vec![("ankh.plugin", plugin)], error);
+        }
         let call = data
             .call
             .take()
@@ -90,19 +112,29 @@ impl Instance {
         job: crate::runtime::engine::world::JobRecord,
         id: u64,
     ) -> Result<Result<(), String>, Failure> {
-        self.arm(None);
-        self.store
-            .data_mut()
-            .tags
-            .request
-            .store(id, Ordering::Relaxed);
-        let result = self.bindings.run_job(&mut self.store, job).await;
-        self.store
-            .data_mut()
-            .tags
-            .request
-            .store(0, Ordering::Relaxed);
-        result.map_err(|e| self.classify(e))
+        let attributes = vec![
+            (
+                "ankh.schedule",
+                crate::trace::Attr::Text(job.schedule.clone().into()),
+            ),
+            ("ankh.due_ms", crate::trace::Attr::Int(job.due_ms as i64)),
+        ];
+        self.traced("scheduled job", attributes, async move |this: &mut Self| {
+            this.arm(None);
+            this.store
+                .data_mut()
+                .tags
+                .request
+                .store(id, Ordering::Relaxed);
+            let result = this.bindings.run_job(&mut this.store, job).await;
+            this.store
+                .data_mut()
+                .tags
+                .request
+                .store(0, Ordering::Relaxed);
+            result.map_err(|e| this.classify(e))
+        })
+        .await
     }
 
     /// Delivers the open event of WebSocket `ws`, with the request that asked for it.
@@ -111,13 +143,29 @@ impl Instance {
         ws: WsId,
         request: &types::Request,
     ) -> Result<(), Failure> {
-        self.arm(None);
-        let result = self.bindings.on_open(&mut self.store, ws, request).await;
-        result.map_err(|e| self.classify(e))
+        let attributes = vec![("ankh.websocket", crate::trace::Attr::Int(ws as i64))];
+        self.traced("websocket open", attributes, async |this: &mut Self| {
+            this.arm(None);
+            let result = this.bindings.on_open(&mut this.store, ws, request).await;
+            result.map_err(|e| this.classify(e))
+        })
+        .await
     }
 
     /// Delivers a message or the close of WebSocket `ws`.
     pub(crate) async fn on_event(&mut self, ws: WsId, event: WsEvent) -> Result<(), Failure> {
+        let name = match event {
+            WsEvent::Close { .. } => "websocket close",
+            _ => "websocket message",
+        };
+        let attributes = vec![("ankh.websocket", crate::trace::Attr::Int(ws as i64))];
+        self.traced(name, attributes, async move |this: &mut Self| {
+            this.deliver(ws, event).await
+        })
+        .await
+    }
+
+    async fn deliver(&mut self, ws: WsId, event: WsEvent) -> Result<(), Failure> {
         self.arm(None);
         let result = match event {
             WsEvent::Message(message) => {
@@ -145,6 +193,31 @@ impl Instance {
             }
         };
         result.map_err(|e| self.classify(e))
+    }
+
+    /// Runs `call` as the span `name` of a new trace (when spans are exported), its key-value
+    /// operations and outbound calls children of it: a WebSocket event or a scheduled job.
+    async fn traced<T>(
+        &mut self,
+        name: &'static str,
+        attributes: Vec<(&'static str, crate::trace::Attr)>,
+        call: impl AsyncFnOnce(&mut Self) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        let Some(span) = crate::trace::Timed::root(name, crate::trace::Kind::Server) else {
+            return call(self).await;
+        };
+        self.store.data().tags.set_trace(Some(span.context));
+        let result = call(self).await;
+        let tags = &self.store.data().tags;
+        tags.set_trace(None);
+        let mut attributes = attributes;
+        attributes.push((
+            "ankh.plugin",
+            crate::trace::Attr::Text(tags.plugin.to_string().into()),
+        ));
+        let error = result.as_ref().err().map(|f| f.error.to_string());
+        span.end(attributes, error);
+        result
     }
 
     /// How much the instance's linear memory grew since it started.

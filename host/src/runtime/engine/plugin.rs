@@ -108,7 +108,7 @@ impl StoreKit {
         let wasi = crate::runtime::engine::wasi::context(&self.policy, &self.limits, &tags);
         let mut state = HostState::new(
             wasi,
-            tags,
+            tags.clone(),
             self.kv.clone(),
             self.limits.clone(),
             self.metrics.clone(),
@@ -116,6 +116,7 @@ impl StoreKit {
             crate::runtime::host::outbound::HttpHooks {
                 outbound: self.outbound.clone(),
                 body_buffer_chunks: self.body_buffer_chunks,
+                tags,
             },
         );
         state.config = self.values.clone();

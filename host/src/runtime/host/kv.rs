@@ -15,6 +15,24 @@ use crate::runtime::bindings::ankh::plugin::kv;
 use crate::runtime::bindings::keyvalue::wasi::keyvalue::{atomics, batch, store};
 use crate::runtime::sandbox::store::HostState;
 
+/// Runs a key-value operation of the store's plugin call as a span of that call's trace
+/// (when its spans are recorded): `traced!(self, "kv.get", self.kv.get(&key).await)`.
+macro_rules! traced {
+    ($state:expr, $name:literal, $op:expr) => {{
+        let span =
+            crate::trace::Timed::start($state.tags.trace(), $name, crate::trace::Kind::Internal);
+        let result: Result<_, KvError> = $op;
+        if let Some(span) = span {
+            let error = result.as_ref().err().map(ToString::to_string);
+            span.end(
+                vec![("db.system.name", crate::trace::Attr::Text("ankh-kv".into()))],
+                error,
+            );
+        }
+        result
+    }};
+}
+
 impl From<KvError> for kv::Error {
     fn from(e: KvError) -> Self {
         match e {
@@ -30,15 +48,15 @@ impl From<KvError> for kv::Error {
 
 impl kv::Host for HostState {
     async fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, kv::Error> {
-        Ok(self.kv.get(&key).await?)
+        Ok(traced!(self, "kv.get", self.kv.get(&key).await)?)
     }
 
     async fn get_many(&mut self, keys: Vec<String>) -> Result<Vec<Option<Vec<u8>>>, kv::Error> {
-        Ok(self.kv.get_many(&keys).await?)
+        Ok(traced!(self, "kv.get_many", self.kv.get_many(&keys).await)?)
     }
 
     async fn exists(&mut self, key: String) -> Result<bool, kv::Error> {
-        Ok(self.kv.exists(&key).await?)
+        Ok(traced!(self, "kv.exists", self.kv.exists(&key).await)?)
     }
 
     async fn set(
@@ -47,7 +65,11 @@ impl kv::Host for HostState {
         value: Vec<u8>,
         ttl_ms: Option<u64>,
     ) -> Result<(), kv::Error> {
-        Ok(self.kv.set(key, value, ttl_ms).await?)
+        Ok(traced!(
+            self,
+            "kv.set",
+            self.kv.set(key, value, ttl_ms).await
+        )?)
     }
 
     async fn set_many(
@@ -55,15 +77,23 @@ impl kv::Host for HostState {
         entries: Vec<(String, Vec<u8>)>,
         ttl_ms: Option<u64>,
     ) -> Result<(), kv::Error> {
-        Ok(self.kv.set_many(entries, ttl_ms).await?)
+        Ok(traced!(
+            self,
+            "kv.set_many",
+            self.kv.set_many(entries, ttl_ms).await
+        )?)
     }
 
     async fn delete(&mut self, key: String) -> Result<bool, kv::Error> {
-        Ok(self.kv.delete(key).await?)
+        Ok(traced!(self, "kv.delete", self.kv.delete(key).await)?)
     }
 
     async fn delete_many(&mut self, keys: Vec<String>) -> Result<u32, kv::Error> {
-        Ok(self.kv.delete_many(keys).await?)
+        Ok(traced!(
+            self,
+            "kv.delete_many",
+            self.kv.delete_many(keys).await
+        )?)
     }
 
     async fn compare_and_swap(
@@ -73,14 +103,19 @@ impl kv::Host for HostState {
         value: Vec<u8>,
         ttl_ms: Option<u64>,
     ) -> Result<bool, kv::Error> {
-        Ok(self
-            .kv
-            .compare_and_swap(key, expected, value, ttl_ms)
-            .await?)
+        Ok(traced!(
+            self,
+            "kv.compare_and_swap",
+            self.kv.compare_and_swap(key, expected, value, ttl_ms).await
+        )?)
     }
 
     async fn increment(&mut self, key: String, delta: i64) -> Result<i64, kv::Error> {
-        Ok(self.kv.increment(key, delta).await?)
+        Ok(traced!(
+            self,
+            "kv.increment",
+            self.kv.increment(key, delta).await
+        )?)
     }
 
     async fn list_keys(
@@ -90,7 +125,11 @@ impl kv::Host for HostState {
         limit: u32,
     ) -> Result<kv::KeyPage, kv::Error> {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        let (keys, cursor) = self.kv.list_page(&prefix, cursor.as_deref(), limit).await?;
+        let (keys, cursor) = traced!(
+            self,
+            "kv.list_keys",
+            self.kv.list_page(&prefix, cursor.as_deref(), limit).await
+        )?;
         Ok(kv::KeyPage { keys, cursor })
     }
 }
@@ -183,7 +222,11 @@ impl store::HostBucket for HostState {
         bucket: Resource<Bucket>,
         key: String,
     ) -> Result<Option<Vec<u8>>, store::Error> {
-        Ok(self.bucket(&bucket)?.get(&key).await?)
+        Ok(traced!(
+            self,
+            "kv.get",
+            self.bucket(&bucket)?.get(&key).await
+        )?)
     }
 
     async fn set(
@@ -192,11 +235,15 @@ impl store::HostBucket for HostState {
         key: String,
         value: Vec<u8>,
     ) -> Result<(), store::Error> {
-        Ok(self.bucket(&bucket)?.set(key, value, None).await?)
+        Ok(traced!(
+            self,
+            "kv.set",
+            self.bucket(&bucket)?.set(key, value, None).await
+        )?)
     }
 
     async fn delete(&mut self, bucket: Resource<Bucket>, key: String) -> Result<(), store::Error> {
-        self.bucket(&bucket)?.delete(key).await?;
+        traced!(self, "kv.delete", self.bucket(&bucket)?.delete(key).await)?;
         Ok(())
     }
 
@@ -205,7 +252,11 @@ impl store::HostBucket for HostState {
         bucket: Resource<Bucket>,
         key: String,
     ) -> Result<bool, store::Error> {
-        Ok(self.bucket(&bucket)?.exists(&key).await?)
+        Ok(traced!(
+            self,
+            "kv.exists",
+            self.bucket(&bucket)?.exists(&key).await
+        )?)
     }
 
     async fn list_keys(
@@ -256,7 +307,11 @@ impl atomics::Host for HostState {
     ) -> Result<u64, store::Error> {
         let delta = i64::try_from(delta)
             .map_err(|_| store::Error::Other("the delta is over 2^63 - 1".into()))?;
-        let value = self.bucket(&bucket)?.increment(key, delta).await?;
+        let value = traced!(
+            self,
+            "kv.increment",
+            self.bucket(&bucket)?.increment(key, delta).await
+        )?;
         u64::try_from(value)
             .map_err(|_| store::Error::Other(format!("the counter is negative ({value})")))
     }
@@ -268,7 +323,11 @@ impl batch::Host for HostState {
         bucket: Resource<Bucket>,
         keys: Vec<String>,
     ) -> Result<Vec<Option<(String, Vec<u8>)>>, store::Error> {
-        let values = self.bucket(&bucket)?.get_many(&keys).await?;
+        let values = traced!(
+            self,
+            "kv.get_many",
+            self.bucket(&bucket)?.get_many(&keys).await
+        )?;
         Ok(keys
             .into_iter()
             .zip(values)
@@ -281,7 +340,11 @@ impl batch::Host for HostState {
         bucket: Resource<Bucket>,
         key_values: Vec<(String, Vec<u8>)>,
     ) -> Result<(), store::Error> {
-        Ok(self.bucket(&bucket)?.set_many(key_values, None).await?)
+        Ok(traced!(
+            self,
+            "kv.set_many",
+            self.bucket(&bucket)?.set_many(key_values, None).await
+        )?)
     }
 
     async fn delete_many(
@@ -289,7 +352,11 @@ impl batch::Host for HostState {
         bucket: Resource<Bucket>,
         keys: Vec<String>,
     ) -> Result<(), store::Error> {
-        self.bucket(&bucket)?.delete_many(keys).await?;
+        traced!(
+            self,
+            "kv.delete_many",
+            self.bucket(&bucket)?.delete_many(keys).await
+        )?;
         Ok(())
     }
 }

@@ -15,6 +15,7 @@ impl log::Host for HostState {
         }
         let plugin = &**self.plugin();
         let request = format_args!("{:016x}", self.tags.request());
+        let trace = self.tags.trace().map(|t| t.trace_hex());
         let cap = self.limits.log_message_bytes;
         let message = self.tags.mask(&message);
         let message = printable(&message, cap);
@@ -31,19 +32,19 @@ impl log::Host for HostState {
             .join(" ");
         match level {
             LogLevel::Trace => {
-                tracing::trace!(target: "ankh::plugin", plugin, %request, %fields, "{message}")
+                tracing::trace!(target: "ankh::plugin", plugin, %request, trace, %fields, "{message}")
             }
             LogLevel::Debug => {
-                tracing::debug!(target: "ankh::plugin", plugin, %request, %fields, "{message}")
+                tracing::debug!(target: "ankh::plugin", plugin, %request, trace, %fields, "{message}")
             }
             LogLevel::Info => {
-                tracing::info!(target: "ankh::plugin", plugin, %request, %fields, "{message}")
+                tracing::info!(target: "ankh::plugin", plugin, %request, trace, %fields, "{message}")
             }
             LogLevel::Warn => {
-                tracing::warn!(target: "ankh::plugin", plugin, %request, %fields, "{message}")
+                tracing::warn!(target: "ankh::plugin", plugin, %request, trace, %fields, "{message}")
             }
             LogLevel::Error => {
-                tracing::error!(target: "ankh::plugin", plugin, %request, %fields, "{message}")
+                tracing::error!(target: "ankh::plugin", plugin, %request, trace, %fields, "{message}")
             }
         }
     }

@@ -24,6 +24,9 @@ use crate::log_limit::LogLimit;
 pub(crate) struct LogTags {
     pub plugin: Arc<str>,
     pub request: AtomicU64,
+    /// The trace of the call being run, if it has one: its log lines carry the trace id,
+    /// and its key-value operations and outbound calls are its children.
+    trace: std::sync::Mutex<Option<crate::trace::SpanContext>>,
     budget: Arc<LogBudget>,
 }
 
@@ -32,8 +35,25 @@ impl LogTags {
         Arc::new(LogTags {
             plugin,
             request: AtomicU64::new(0),
+            trace: std::sync::Mutex::new(None),
             budget,
         })
+    }
+
+    /// The trace context of the call being run.
+    pub(crate) fn trace(&self) -> Option<crate::trace::SpanContext> {
+        *self
+            .trace
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Sets (or clears) the trace context of the call being run.
+    pub(crate) fn set_trace(&self, context: Option<crate::trace::SpanContext>) {
+        *self
+            .trace
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = context;
     }
 
     /// `text` with the plugin's secrets masked.
@@ -186,6 +206,7 @@ impl LineWriter {
             target: "ankh::plugin",
             plugin = %self.out.tags.plugin,
             request = %format_args!("{:016x}", self.out.tags.request()),
+            trace = self.out.tags.trace().map(|t| t.trace_hex()),
             stream = self.out.stream,
             "{line}"
         );

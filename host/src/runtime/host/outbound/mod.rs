@@ -245,6 +245,28 @@ impl Outbound {
     }
 }
 
+/// What a client span says of its request: the method and where it went, not its path or
+/// query (which may hold a key).
+fn client_attributes<B>(request: &http::Request<B>) -> Vec<(&'static str, crate::trace::Attr)> {
+    use crate::trace::Attr;
+    let uri = request.uri();
+    let mut out = vec![(
+        "http.request.method",
+        Attr::Text(request.method().as_str().to_owned().into()),
+    )];
+    if let Some(host) = uri.host() {
+        out.push(("server.address", Attr::Text(host.to_owned().into())));
+    }
+    if let Some(port) = uri.port_u16().or_else(|| match uri.scheme_str() {
+        Some("https") => Some(443),
+        Some("http") => Some(80),
+        _ => None,
+    }) {
+        out.push(("server.port", Attr::Int(i64::from(port))));
+    }
+    out
+}
+
 /// The scheme, host and port a request goes to.
 fn target(uri: &http::Uri) -> Option<(Scheme, String, u16)> {
     let scheme = Scheme::parse(uri.scheme_str()?)?;
@@ -286,6 +308,8 @@ pub(crate) struct HttpHooks {
     pub outbound: Arc<Outbound>,
     /// Writes a body stream may buffer before it is read.
     pub body_buffer_chunks: usize,
+    /// The store's tags: the trace of the call that sends.
+    pub tags: Arc<crate::runtime::host::stdio::LogTags>,
 }
 
 impl wasmtime_wasi_http::WasiHttpHooks for HttpHooks {
@@ -307,9 +331,38 @@ impl wasmtime_wasi_http::WasiHttpHooks for HttpHooks {
     > {
         // The pool drives each connection itself: nothing to report back on `fut`.
         drop(fut);
+        // The trace goes on: a client span of the call's, named in `traceparent` (or, when
+        // nothing is recorded, the caller's context as it came).
+        let mut request = request;
+        let parent = self.tags.trace();
+        let span = crate::trace::Timed::start(
+            parent,
+            request.method().as_str().to_owned(),
+            crate::trace::Kind::Client,
+        );
+        if let Some(context) = span.as_ref().map(|s| s.context).or(parent)
+            && let Ok(value) = http::HeaderValue::from_str(&context.traceparent())
+        {
+            request.headers_mut().insert("traceparent", value);
+        }
+        let attributes = span.as_ref().map(|_| client_attributes(&request));
         let send = self.outbound.clone().send(request, options);
         Box::new(async move {
-            let response = send.await?;
+            let response = send.await;
+            if let (Some(span), Some(mut attributes)) = (span, attributes) {
+                let error = match &response {
+                    Ok(r) => {
+                        attributes.push((
+                            "http.response.status_code",
+                            crate::trace::Attr::Int(i64::from(r.status().as_u16())),
+                        ));
+                        None
+                    }
+                    Err(e) => Some(format!("{e:?}")),
+                };
+                span.end(attributes, error);
+            }
+            let response = response?;
             let done: Box<dyn Future<Output = Result<(), HttpError>> + Send> =
                 Box::new(std::future::ready(Ok(())));
             Ok((response, done))
