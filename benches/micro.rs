@@ -8,7 +8,9 @@
 //! - `gzip`: a typical 4 KiB JSON body, compressed at ankh's level (`GZIP_LEVEL`, 1) against flate2's
 //!   default level (6);
 //! - `plugin`: one `handle-request` call on a reused instance of the `bench` plugin, and one
-//!   fresh instantiation with and without the pooling allocator.
+//!   fresh instantiation with and without the pooling allocator;
+//! - `config`: a call of `configprobe` that reads a configuration value 1,000 times against
+//!   one that reads it none (one read is the difference over 1,000).
 //!
 //! Criterion writes its estimates under `target/criterion`; `benches/report.sh` reads them.
 
@@ -288,11 +290,91 @@ fn plugin(c: &mut Criterion) {
     drop(replies);
 }
 
+/// The cost of one configuration read (`wasi:config/store.get`, the SDK's `config::get`): a
+/// call of `configprobe` that reads its value 1,000 times against one that reads it none;
+/// the difference over 1,000 is one read (goal: at most 1 µs).
+fn config(c: &mut Criterion) {
+    let dir = std::env::temp_dir().join(format!("ankh-micro-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wasm = dir.join("configprobe.wasm");
+    std::fs::copy(ankh_test_support::harness::plugins::CONFIGPROBE, &wasm).unwrap();
+    std::fs::write(
+        dir.join("configprobe.toml"),
+        "[[config]]\nname = \"greeting\"\ndefault = \"hello\"\n",
+    )
+    .unwrap();
+    let (reply, replies) = reply_channel(Arc::new(|| {}));
+    let link = Arc::new(WsRouter::new(
+        Arc::new(ankh::hub::Hub::default()),
+        Arc::new(ankh::pool::reply::Replies::new(vec![reply.clone()])),
+        None,
+    ));
+    let runtime = runtime(false);
+    let plugin = Arc::new(Plugin::load(&runtime, "configprobe", &wasm).unwrap());
+    let mut instance = block_on(Instance::new(&plugin, link))
+        .map_err(|f| f.error)
+        .unwrap();
+    let mut g = c.benchmark_group("config");
+    for reads in [0, 1000] {
+        let raw = format!(
+            "GET /configprobe/get?name=greeting&n={reads} HTTP/1.1\r\nhost: localhost\r\n\r\n"
+        );
+        let Ok(Status::Complete(head, _)) =
+            ankh::proto::request::parse(raw.as_bytes(), &Limits::default())
+        else {
+            panic!("a complete head");
+        };
+        let mut request = Incoming {
+            id: 1,
+            head,
+            mount: "/configprobe".into(),
+            body: Vec::new(),
+            inflow: None,
+            remote: "127.0.0.1:50000".parse().unwrap(),
+            trace: None,
+        };
+        let origin = Origin {
+            request_id: 1,
+            version: Version::Http11,
+            head: false,
+            keep_alive: true,
+            accept_encoding: None,
+            access: Access {
+                remote: "127.0.0.1:50000".parse().unwrap(),
+                method: "GET".into(),
+                path: "/configprobe/get".into(),
+                received: std::time::Instant::now(),
+                metrics: None,
+                trace: None,
+            },
+            stream: Default::default(),
+        };
+        g.bench_function(format!("call-reading-{reads}"), |b| {
+            b.iter(|| {
+                let call = Exchange::new(
+                    origin.clone(),
+                    plugin.name.clone(),
+                    ToReplies(reply.clone()),
+                );
+                let (outcome, _call) =
+                    block_on(instance.handle_request(&mut request, call, Default::default()));
+                match outcome.unwrap().answer() {
+                    Ok(Answer::Respond { status, .. }) => assert_eq!(status, 200),
+                    _ => panic!("configprobe responds"),
+                }
+            })
+        });
+    }
+    g.finish();
+    drop(replies);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 criterion_group! {
     name = micro;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = parse, encode_response, gzip, plugin
+    targets = parse, encode_response, gzip, plugin, config
 }
 criterion_main!(micro);

@@ -1,7 +1,7 @@
 //! Reads its configuration values (`wasi:config/store`, through the SDK), and tries what a
 //! hostile plugin would with them, for the configuration and secrets tests.
 //!
-//! - `GET /configprobe/get?name=N` → the value, or `404 absent`
+//! - `GET /configprobe/get?name=N` → the value, or `404 absent` (`&n=K`: read K times; 0: `not read`)
 //! - `GET /configprobe/all` → every value it has, `name=value` lines, sorted
 //! - `GET /configprobe/leak?name=N` → writes the value to stdout, to stderr and through the
 //!   `log` import (message and field), then answers `logged`
@@ -14,8 +14,18 @@ fn name(req: &Request) -> String {
 }
 
 fn get(req: &Request) -> Response {
-    match config::get(&name(req)) {
+    // `n=N` reads it N times (the micro benchmark's cost of a read; 0 reads none).
+    let n: usize = req
+        .query_param("n")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    let mut value = None;
+    for _ in 0..n {
+        value = std::hint::black_box(config::get(&name(req)));
+    }
+    match value {
         Some(value) => Response::text(value),
+        None if n == 0 => Response::text("not read"),
         None => Response::text("absent").with_status(404),
     }
 }
