@@ -219,7 +219,8 @@ fn dev_rebuilds_on_save_and_keeps_serving_through_errors() {
     let lib = dir.path().join("devplug/src/lib.rs");
     let source = std::fs::read_to_string(&lib).unwrap();
     std::fs::write(&lib, source.replace("is running", "was edited")).unwrap();
-    s.eventually("/devplug", |st, body| {
+    // A cargo build, which may first wait for the target directory another test builds in.
+    s.eventually_within(BUILD_PATIENCE, "/devplug", |st, body| {
         st == 200 && body == "devplug was edited\n"
     });
     s.wait_for_log("ankh dev: rebuilt devplug");

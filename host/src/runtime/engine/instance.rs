@@ -70,39 +70,62 @@ impl Instance {
         cancel: Cancel,
     ) -> (Result<Returned, Failure>, R) {
         self.arm(Some(cancel));
-        // The plugin call's span, a child of the request's; what its key-value operations
-        // and outbound calls are children of (or pass on, when nothing is recorded).
-        let span = request.trace.as_deref().and_then(|t| {
-            crate::trace::Timed::start(Some(t.span), "plugin call", crate::trace::Kind::Internal)
-                .filter(|_| t.recorded())
-        });
+        // Only a box and a flag live across the call: every call's future carries them.
+        let traced = request.trace.is_some();
+        let span = if traced {
+            self.enter_trace(request)
+        } else {
+            None
+        };
         let data = self.store.data_mut();
         data.tags.request.store(request.id, Ordering::Relaxed);
-        let context = span
-            .as_ref()
-            .map(|s| s.context)
-            .or_else(|| request.trace.as_ref().map(|t| t.context()));
-        if context.is_some() {
-            data.tags.set_trace(context);
-        }
         data.call = Some(Box::new(call));
         let result = self.bindings.handle_request(&mut self.store, request).await;
         let data = self.store.data_mut();
         data.tags.request.store(0, Ordering::Relaxed);
-        if context.is_some() {
-            data.tags.set_trace(None);
+        if traced {
+            self.leave_trace(span, result.is_err());
         }
-        if let Some(span) = span {
-            let plugin = crate::trace::Attr::Text(data.tags.plugin.to_string().into());
-            // Not the error's text: a guest's own words stay in its (masked) log lines.
-            let error = result.as_ref().err().map(|_| "the call failed".to_owned());
-            span.end(vec![("ankh.plugin", plugin)], error);
-        }
+        let data = self.store.data_mut();
         let call = data
             .call
             .take()
             .expect("the exchange is back in the store after the call");
         (result.map_err(|e| self.classify(e)), take_back(call))
+    }
+
+    /// The trace of a request's call: its span, a child of the request's, when spans are
+    /// recorded; and what its key-value operations and outbound calls are children of (or
+    /// pass on, when nothing is recorded), set in the store's tags.
+    #[cold]
+    fn enter_trace(
+        &mut self,
+        request: &crate::runtime::engine::incoming::Incoming,
+    ) -> Option<Box<crate::trace::Timed>> {
+        let trace = request.trace.as_deref()?;
+        let span = crate::trace::Timed::start(
+            Some(trace.span),
+            "plugin call",
+            crate::trace::Kind::Internal,
+        )
+        .filter(|_| trace.recorded())
+        .map(Box::new);
+        let context = span.as_ref().map_or_else(|| trace.context(), |s| s.context);
+        self.store.data().tags.set_trace(Some(context));
+        span
+    }
+
+    /// The call is over: its trace context is cleared and its span sent.
+    #[cold]
+    fn leave_trace(&mut self, span: Option<Box<crate::trace::Timed>>, failed: bool) {
+        let tags = &self.store.data().tags;
+        tags.set_trace(None);
+        if let Some(span) = span {
+            let plugin = crate::trace::Attr::Text(tags.plugin.to_string().into());
+            // Not the error's text: a guest's own words stay in its (masked) log lines.
+            let error = failed.then(|| "the call failed".to_owned());
+            span.end(vec![("ankh.plugin", plugin)], error);
+        }
     }
 
     /// Runs one job of a schedule; `Ok(Err(why))` when the job said it failed. `id` tags
