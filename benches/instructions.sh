@@ -5,20 +5,23 @@
 # requests over one keep-alive connection (curl), counting only those, and prints
 # instructions per request (the kernel's share, `recv` and `send`, is not counted).
 #
-#   benches/instructions.sh [-n REQUESTS] [-p PATH] [-P WASM] BIN...
+#   benches/instructions.sh [-n REQUESTS] [-p PATH] [-P WASM] [-a FLAGS] [-H HEADER] BIN...
 #
-# -P serves another component as index.wasm instead, with no policy.
+# -P serves another component as index.wasm instead, with no policy. -a gives the server more
+# flags (`-a "--otlp-endpoint http://127.0.0.1:4318"`); -H sends a header with each request
+# (`-H "traceparent: 00-...-01"`).
 #
 # Needs valgrind and curl (Debian packages of the same names). Takes about a minute per binary.
 set -euo pipefail
-requests=4000 path=/ other=""
-while getopts "n:p:P:" opt; do
+requests=4000 path=/ other="" flags="" header=""
+while getopts "n:p:P:a:H:" opt; do
     case $opt in
-        n) requests=$OPTARG ;; p) path=$OPTARG ;; P) other=$OPTARG ;; *) exit 2 ;;
+        n) requests=$OPTARG ;; p) path=$OPTARG ;; P) other=$OPTARG ;;
+        a) flags=$OPTARG ;; H) header=$OPTARG ;; *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-n REQUESTS] [-p PATH] [-P WASM] BIN..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [-n REQUESTS] [-p PATH] [-P WASM] [-a FLAGS] [-H HEADER] BIN..." >&2; exit 2; }
 for tool in valgrind callgrind_control callgrind_annotate curl; do
     command -v $tool >/dev/null || { echo "needs $tool (apt-get install valgrind curl)" >&2; exit 2; }
 done
@@ -40,16 +43,16 @@ for bin in "$@"; do
     rm -rf "$work/run" && mkdir "$work/run"
     (cd "$work/run" && exec valgrind --tool=callgrind --callgrind-out-file=out.%p \
         "$bin" serve --plugins "$work/plugins" --listen 127.0.0.1:0 --ready-file ready \
-        --no-watch --cache-dir "$work/cache" --workers 2 2>log >/dev/null) &
+        --no-watch --cache-dir "$work/cache" --workers 2 $flags 2>log >/dev/null) &
     pid=$!
     for _ in $(seq 1200); do [ -s "$work/run/ready" ] && break; sleep 0.1; done
     url="http://$(cat "$work/run/ready")$path"
     # A numbered parameter of its own makes each request distinct for curl's globbing.
     case $path in *\?*) sep='&' ;; *) sep='?' ;; esac
     # Warm: the first calls instantiate the plugin and fill caches.
-    curl -s -o /dev/null "$url${sep}warm=[1-200]"
+    curl -s -o /dev/null ${header:+-H "$header"} "$url${sep}warm=[1-200]"
     callgrind_control -z "$pid" >/dev/null 2>&1
-    curl -s -o /dev/null "$url${sep}n=[1-$requests]"
+    curl -s -o /dev/null ${header:+-H "$header"} "$url${sep}n=[1-$requests]"
     callgrind_control -d "$pid" >/dev/null 2>&1
     kill "$pid"; wait "$pid" 2>/dev/null || true
     total=$(callgrind_annotate --auto=no "$(ls "$work"/run/out.*.1 | head -1)" 2>/dev/null |
