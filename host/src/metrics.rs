@@ -710,33 +710,9 @@ impl Metrics {
                 |s| (s.duration_us as f64 / 1e6).to_string(),
             ),
         ];
-        for (name, help, kind, value) in schedules {
-            family(&mut out, name, help, kind);
-            for (plugin, m) in plugins.iter() {
-                let map = m.schedules.lock().unwrap_or_else(PoisonError::into_inner);
-                for (schedule, stats) in map.iter() {
-                    let _ = writeln!(
-                        out,
-                        "{name}{{plugin=\"{plugin}\",schedule=\"{schedule}\"}} {}",
-                        value(stats)
-                    );
-                }
-            }
-        }
-        for (name, help, kind, value) in outbound {
-            family(&mut out, name, help, kind);
-            for (plugin, m) in plugins.iter() {
-                let origins = m.outbound.lock().unwrap_or_else(PoisonError::into_inner);
-                for (origin, stats) in origins.iter() {
-                    let _ = writeln!(
-                        out,
-                        "{name}{{plugin=\"{plugin}\",origin=\"{}\"}} {}",
-                        origin.replace('\\', "\\\\").replace('"', "\\\""),
-                        value(stats)
-                    );
-                }
-            }
-        }
+        let plugins = &*plugins;
+        by_key(&mut out, plugins, "schedule", &schedules, |m| &m.schedules);
+        by_key(&mut out, plugins, "origin", &outbound, |m| &m.outbound);
         for (name, help, kind, value) in per_plugin {
             family(&mut out, name, help, kind);
             for (plugin, m) in plugins.iter() {
@@ -744,6 +720,32 @@ impl Metrics {
             }
         }
         out
+    }
+}
+
+/// Families whose samples are labelled by plugin and by a key of a per-plugin map (an
+/// outbound origin, a schedule): one sample per plugin and key, the key escaped for the
+/// label.
+fn by_key<T>(
+    out: &mut String,
+    plugins: &BTreeMap<String, Arc<PluginMetrics>>,
+    label: &str,
+    families: &[Family<T>],
+    map: impl Fn(&PluginMetrics) -> &Mutex<BTreeMap<String, T>>,
+) {
+    for (name, help, kind, value) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (plugin, m) in plugins {
+            let entries = map(m).lock().unwrap_or_else(PoisonError::into_inner);
+            for (key, stats) in entries.iter() {
+                let _ = writeln!(
+                    out,
+                    "{name}{{plugin=\"{plugin}\",{label}=\"{}\"}} {}",
+                    key.replace('\\', "\\\\").replace('"', "\\\""),
+                    value(stats)
+                );
+            }
+        }
     }
 }
 

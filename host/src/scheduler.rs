@@ -380,13 +380,7 @@ impl Ticking {
         let (running, overlap) = (entry.running.is_some(), entry.schedule.overlap);
         let ttl = entry.plugin.limits.handler_timeout + SCHEDULE_RUN_CLAIM_MARGIN;
         let busy = running || {
-            let claimed = block_on(self.shared.claims.compare_and_swap(
-                run_key(key),
-                None,
-                self.shared.owner.clone(),
-                Some(ttl.as_millis() as u64),
-            ));
-            match claimed {
+            match self.claim(&run_key(key), ttl) {
                 Ok(claimed) => !claimed,
                 Err(e) => {
                     self.skip(key, due, &format!("the store cannot be asked: {e}"));

@@ -118,12 +118,7 @@ impl RequestTrace {
     /// trace when ankh exports; `None` when it has none and nothing is exported (the cost
     /// of tracing off is this look at the header names).
     pub fn for_headers(headers: &[(String, Vec<u8>)]) -> Option<Box<RequestTrace>> {
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.as_slice())
-        };
+        let header = |name: &str| crate::proto::header(headers, name);
         let parent = header("traceparent").and_then(SpanContext::parse);
         let span = match parent {
             Some(parent) => parent.child(),

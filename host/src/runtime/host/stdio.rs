@@ -58,7 +58,7 @@ impl LogTags {
 
     /// `text` with the plugin's secrets masked.
     pub(crate) fn mask<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
-        crate::runtime::engine::values::mask(text, &self.budget.secrets)
+        self.budget.mask(text)
     }
 
     /// The id of the request being handled, 0 outside a request.
