@@ -186,6 +186,41 @@ impl Responder for ToReplies {
     }
 }
 
+/// A request for a plugin call without a connection: the parsed head of `raw`, reached under
+/// `mount`, and where its answer goes.
+fn request(raw: &[u8], mount: &str) -> (Incoming, Origin) {
+    let Ok(Status::Complete(head, _)) = ankh::proto::request::parse(raw, &Limits::default()) else {
+        panic!("a complete head");
+    };
+    let remote: std::net::SocketAddr = "127.0.0.1:50000".parse().unwrap();
+    let origin = Origin {
+        request_id: 1,
+        version: Version::Http11,
+        head: false,
+        keep_alive: true,
+        accept_encoding: None,
+        access: Access {
+            remote,
+            method: head.method.clone(),
+            path: head.path.clone(),
+            received: std::time::Instant::now(),
+            metrics: None,
+            trace: None,
+        },
+        stream: Default::default(),
+    };
+    let request = Incoming {
+        id: 1,
+        head,
+        mount: mount.into(),
+        body: Vec::new(),
+        inflow: None,
+        remote,
+        trace: None,
+    };
+    (request, origin)
+}
+
 fn plugin(c: &mut Criterion) {
     let wasm = std::path::Path::new(ankh_test_support::harness::plugins::BENCH);
     let (reply, replies) = reply_channel(Arc::new(|| {}));
@@ -206,35 +241,10 @@ fn plugin(c: &mut Criterion) {
     let plugin = Arc::new(Plugin::load(&pooled, "bench", wasm).unwrap());
     let plugin_on_demand = Arc::new(Plugin::load(&on_demand, "bench", wasm).unwrap());
 
-    let raw = b"GET /bench HTTP/1.1\r\nhost: localhost:8080\r\nuser-agent: wrk\r\n\r\n";
-    let Ok(Status::Complete(head, _)) = ankh::proto::request::parse(raw, &Limits::default()) else {
-        panic!("a complete head");
-    };
-    let request = Incoming {
-        id: 1,
-        head,
-        mount: "/bench".into(),
-        body: Vec::new(),
-        inflow: None,
-        remote: "127.0.0.1:50000".parse().unwrap(),
-        trace: None,
-    };
-    let origin = Origin {
-        request_id: 1,
-        version: Version::Http11,
-        head: false,
-        keep_alive: true,
-        accept_encoding: None,
-        access: Access {
-            remote: "127.0.0.1:50000".parse().unwrap(),
-            method: "GET".into(),
-            path: "/bench".into(),
-            received: std::time::Instant::now(),
-            metrics: None,
-            trace: None,
-        },
-        stream: Default::default(),
-    };
+    let (request, origin) = request(
+        b"GET /bench HTTP/1.1\r\nhost: localhost:8080\r\nuser-agent: wrk\r\n\r\n",
+        "/bench",
+    );
 
     let mut g = c.benchmark_group("plugin");
     let mut instance = block_on(Instance::new(&plugin, link.clone()))
@@ -319,36 +329,7 @@ fn config(c: &mut Criterion) {
         let raw = format!(
             "GET /configprobe/get?name=greeting&n={reads} HTTP/1.1\r\nhost: localhost\r\n\r\n"
         );
-        let Ok(Status::Complete(head, _)) =
-            ankh::proto::request::parse(raw.as_bytes(), &Limits::default())
-        else {
-            panic!("a complete head");
-        };
-        let mut request = Incoming {
-            id: 1,
-            head,
-            mount: "/configprobe".into(),
-            body: Vec::new(),
-            inflow: None,
-            remote: "127.0.0.1:50000".parse().unwrap(),
-            trace: None,
-        };
-        let origin = Origin {
-            request_id: 1,
-            version: Version::Http11,
-            head: false,
-            keep_alive: true,
-            accept_encoding: None,
-            access: Access {
-                remote: "127.0.0.1:50000".parse().unwrap(),
-                method: "GET".into(),
-                path: "/configprobe/get".into(),
-                received: std::time::Instant::now(),
-                metrics: None,
-                trace: None,
-            },
-            stream: Default::default(),
-        };
+        let (mut request, origin) = request(raw.as_bytes(), "/configprobe");
         g.bench_function(format!("call-reading-{reads}"), |b| {
             b.iter(|| {
                 let call = Exchange::new(

@@ -33,17 +33,11 @@ name = "optional"
 /// Runs the `ankh` binary with `args` (and the probe's required region in its environment):
 /// whether it succeeded, and its stdout and stderr together.
 fn ankh(args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new(ankh_bin())
-        .args(args)
-        .env("ANKH_VAR_CONFIGPROBE__REGION", "from-env")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    crate::harness::output_text(
+        std::process::Command::new(ankh_bin())
+            .args(args)
+            .env("ANKH_VAR_CONFIGPROBE__REGION", "from-env"),
+    )
 }
 
 /// Writes `text` to `dir/name` with `mode`, and gives its path.

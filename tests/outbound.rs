@@ -269,18 +269,13 @@ fn bad_grants_are_refused_with_the_key() {
             format!("[capabilities]\nhttp = [\"{grant}\"]\n"),
         )
         .unwrap();
-        let out = std::process::Command::new(crate::harness::ankh_bin())
-            .arg("check")
-            .arg(&wasm)
-            .env("NO_COLOR", "1")
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        let (ok, text) = crate::harness::output_text(
+            std::process::Command::new(crate::harness::ankh_bin())
+                .arg("check")
+                .arg(&wasm)
+                .env("NO_COLOR", "1"),
         );
-        assert!(!out.status.success(), "{grant}: {text}");
+        assert!(!ok, "{grant}: {text}");
         assert!(text.contains("capabilities.http"), "{grant}: {text}");
     }
 }

@@ -39,6 +39,15 @@ fn process(redis: &Redis, extra: &[&str]) -> TestServer {
     s
 }
 
+/// The processes a `--processes` supervisor started.
+fn children(s: &TestServer) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", s.pid()))
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect()
+}
+
 fn three(redis: &Redis) -> Vec<TestServer> {
     (0..3).map(|_| process(redis, &[])).collect()
 }
@@ -534,12 +543,7 @@ fn processes_share_one_port_and_stop_together() {
     );
     // A process that dies is started again (with a node number of its own), and the port
     // keeps serving meanwhile.
-    let children: Vec<u32> =
-        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", s.pid()))
-            .unwrap()
-            .split_whitespace()
-            .map(|p| p.parse().unwrap())
-            .collect();
+    let children = children(&s);
     assert_eq!(children.len(), 3, "{}", s.log());
     signal(children[0], "KILL");
     s.wait_for_log("starting it again");
@@ -588,17 +592,7 @@ fn job_ticks(addr: SocketAddr) -> (Vec<(u64, u64)>, u64) {
             Err(e) => assert!(started.elapsed() < PATIENCE, "{e}"),
         }
     };
-    let mut ticks = Vec::new();
-    let mut runs = 0;
-    for line in body.lines() {
-        let (a, b) = line.split_once(' ').unwrap();
-        if a == "runs" {
-            runs = b.parse().unwrap();
-        } else {
-            ticks.push((a.parse().unwrap(), b.parse().unwrap()));
-        }
-    }
-    (ticks, runs)
+    crate::harness::job_ticks(&body)
 }
 
 // See: issue 36, "Exactly one run per tick across processes": three processes on one Redis
@@ -633,12 +627,7 @@ fn three_processes_run_each_tick_once_even_when_one_is_killed() {
         }
     };
     wait_runs(8);
-    let children: Vec<u32> =
-        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", s.pid()))
-            .unwrap()
-            .split_whitespace()
-            .map(|p| p.parse().unwrap())
-            .collect();
+    let children = children(&s);
     assert_eq!(children.len(), 3, "{}", s.log());
     signal(children[0], "KILL");
     let at_kill = wait_runs(0);

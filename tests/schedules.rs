@@ -12,17 +12,7 @@ use crate::metrics::{admin_addr, scrape, value, wait_metric};
 fn ticks(s: &TestServer) -> (Vec<(u64, u64)>, u64) {
     let (status, body) = s.get("/jobsprobe/ticks");
     assert_eq!(status, 200, "{body}");
-    let mut ticks = Vec::new();
-    let mut runs = 0;
-    for line in body.lines() {
-        let (a, b) = line.split_once(' ').unwrap();
-        if a == "runs" {
-            runs = b.parse().unwrap();
-        } else {
-            ticks.push((a.parse().unwrap(), b.parse().unwrap()));
-        }
-    }
-    (ticks, runs)
+    crate::harness::job_ticks(&body)
 }
 
 fn start(policy: &str) -> TestServer {
@@ -166,20 +156,14 @@ fn ankh_run_runs_one_job_now() {
     )
     .unwrap();
     let run = |schedule: &str| {
-        let out = std::process::Command::new(ankh_bin())
-            .args(["run", "jobsprobe", schedule, "--kv", "memory", "--plugins"])
-            .arg(dir.path())
-            .arg("--cache-dir")
-            .arg(crate::harness::test_cache_dir())
-            .env("ANKH_VAR_JOBSPROBE__TOKEN", SECRET)
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
+        crate::harness::output_text(
+            std::process::Command::new(ankh_bin())
+                .args(["run", "jobsprobe", schedule, "--kv", "memory", "--plugins"])
+                .arg(dir.path())
+                .arg("--cache-dir")
+                .arg(crate::harness::test_cache_dir())
+                .env("ANKH_VAR_JOBSPROBE__TOKEN", SECRET),
+        )
     };
     let (ok, text) = run("count");
     assert!(ok, "{text}");

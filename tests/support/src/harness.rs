@@ -38,6 +38,33 @@ pub fn ankh_bin() -> PathBuf {
     bin
 }
 
+/// Runs `command` to its end: whether it succeeded, and its stdout and stderr together.
+pub fn output_text(command: &mut std::process::Command) -> (bool, String) {
+    let out = command.output().expect("the command starts");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// The job probe's `/jobsprobe/ticks` answer read: `(due_ms, times run)` for each tick that
+/// ran, and the runs it counted.
+pub fn job_ticks(body: &str) -> (Vec<(u64, u64)>, u64) {
+    let mut ticks = Vec::new();
+    let mut runs = 0;
+    for line in body.lines() {
+        let (a, b) = line.split_once(' ').expect("`DUE COUNT` or `runs N`");
+        if a == "runs" {
+            runs = b.parse().unwrap();
+        } else {
+            ticks.push((a.parse().unwrap(), b.parse().unwrap()));
+        }
+    }
+    (ticks, runs)
+}
+
 /// The compiled-plugin cache every test server shares (under the target directory, so tests
 /// never touch the user's own cache).
 pub fn test_cache_dir() -> PathBuf {
