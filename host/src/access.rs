@@ -73,28 +73,30 @@ fn record_span(
     request: Option<u64>,
 ) {
     use crate::trace::{Attr, Kind, Span};
-    let mut attributes = vec![
+    // Shared or copied as numbers: the exporter's thread writes them out.
+    let mut attributes = Vec::with_capacity(7);
+    attributes.extend([
         (
             "http.request.method",
-            Attr::Text(access.method.to_string().into()),
+            Attr::Text(access.method.clone().into()),
         ),
-        ("url.path", Attr::Text(access.path.to_string().into())),
+        ("url.path", Attr::Text(access.path.clone().into())),
         ("http.response.status_code", Attr::Int(i64::from(status))),
         ("http.response.body.size", Attr::Int(bytes as i64)),
-        (
-            "client.address",
-            Attr::Text(access.remote.ip().to_string().into()),
-        ),
-        ("ankh.plugin", Attr::Text(plugin.to_owned().into())),
-    ];
+        ("client.address", Attr::Ip(access.remote.ip())),
+    ]);
+    if plugin != "-" {
+        attributes.push(("ankh.plugin", Attr::Text(plugin.to_owned().into())));
+    }
     if let Some(id) = request {
-        attributes.push(("ankh.request", Attr::Text(format!("{id:016x}").into())));
+        attributes.push(("ankh.request", Attr::Hex(id)));
     }
     crate::trace::record(Span {
         context: trace.span,
         parent: trace.parent.map(|p| p.span_id),
+        remote_parent: trace.parent.is_some(),
         tracestate: trace.tracestate.clone(),
-        name: access.method.to_string().into(),
+        name: access.method.clone().into(),
         kind: Kind::Server,
         start_ns: trace.start_ns,
         end_ns: crate::trace::now_ns(),
@@ -187,7 +189,8 @@ impl Fields<'_> {
         out.push_str(" request=");
         self.request.push(out);
         if let Some(trace) = &a.trace {
-            let _ = write!(out, " trace={:032x}", trace.span.trace_id);
+            out.push_str(" trace=");
+            text::push_trace_id(out, trace.span.trace_id);
         }
         out.push('\n');
     }
@@ -217,7 +220,9 @@ impl Fields<'_> {
         json_str(out, self.plugin);
         let _ = write!(out, "\",\"request\":\"{}\"", self.request);
         if let Some(trace) = &a.trace {
-            let _ = write!(out, ",\"trace\":\"{:032x}\"", trace.span.trace_id);
+            out.push_str(",\"trace\":\"");
+            text::push_trace_id(out, trace.span.trace_id);
+            out.push('"');
         }
         let _ = writeln!(out, "}},\"target\":\"{TARGET}\"}}");
     }
@@ -331,5 +336,30 @@ mod tests {
         assert_eq!(v["fields"]["request"], "0000000000000002");
         assert_eq!(v["fields"]["remote"], "127.0.0.1:45688");
         assert!(v["timestamp"].as_str().unwrap().ends_with('Z'));
+    }
+
+    #[test]
+    fn a_traced_request_names_its_trace_in_both_formats() {
+        let mut a = access("/");
+        let span = crate::trace::SpanContext::parse(
+            b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        )
+        .unwrap();
+        a.trace = Some(Box::new(crate::trace::RequestTrace {
+            span,
+            parent: None,
+            tracestate: None,
+            start_ns: 0,
+        }));
+        let mut line = String::new();
+        fields(&a).text(&mut line);
+        assert!(
+            line.ends_with(" request=0000000000000002 trace=0af7651916cd43dd8448eb211c80319c\n"),
+            "{line}"
+        );
+        line.clear();
+        fields(&a).json(&mut line);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["fields"]["trace"], "0af7651916cd43dd8448eb211c80319c");
     }
 }

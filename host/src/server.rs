@@ -241,7 +241,10 @@ impl Server {
             write_ready_file(path, self.local_addr)
                 .with_context(|| format!("cannot write ready file {}", path.display()))?;
         }
-        shards::run(self.loops, &self.stop).context("an event loop failed")
+        let ended = shards::run(self.loops, &self.stop).context("an event loop failed");
+        // The last requests' spans leave before the process does.
+        crate::trace::flush();
+        ended
     }
 }
 

@@ -10,6 +10,12 @@ pub(crate) fn push_hex_id(out: &mut String, id: u64) {
     out.push_str(std::str::from_utf8(&hex_digits(id)).unwrap_or_default());
 }
 
+/// Appends `{id:032x}`: a trace id.
+pub(crate) fn push_trace_id(out: &mut String, id: u128) {
+    push_hex_id(out, (id >> 64) as u64);
+    push_hex_id(out, id as u64);
+}
+
 /// `{id:016x}`, as bytes.
 pub(crate) fn hex_digits(id: u64) -> [u8; 16] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -136,6 +142,11 @@ mod tests {
     fn ids_addresses_and_numbers_read_as_formatting_writes_them() {
         for id in [0, 1, 0xdead_beef, u64::MAX] {
             assert_eq!(hex_id(id), format!("{id:016x}"));
+        }
+        for id in [1u128, 0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736, u128::MAX] {
+            let mut out = String::new();
+            push_trace_id(&mut out, id);
+            assert_eq!(out, format!("{id:032x}"));
         }
         for addr in [
             "127.0.0.1:8080",

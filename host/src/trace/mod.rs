@@ -12,9 +12,8 @@
 
 pub(crate) mod export;
 
-use std::borrow::Cow;
 use std::cell::Cell;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use export::Endpoint;
@@ -96,7 +95,9 @@ impl SpanContext {
 
     /// The trace id as logs and OTLP write it: 32 hex digits.
     pub fn trace_hex(&self) -> String {
-        format!("{:032x}", self.trace_id)
+        let mut out = String::with_capacity(32);
+        crate::text::push_trace_id(&mut out, self.trace_id);
+        out
     }
 }
 
@@ -108,7 +109,7 @@ pub struct RequestTrace {
     pub span: SpanContext,
     /// The client's span, from its `traceparent`.
     pub parent: Option<SpanContext>,
-    pub tracestate: Option<String>,
+    pub tracestate: Option<Arc<str>>,
     /// When the request was complete, in nanoseconds since the Unix epoch.
     pub start_ns: u64,
 }
@@ -129,7 +130,7 @@ impl RequestTrace {
             .and_then(|_| header("tracestate"))
             .filter(|v| v.len() <= TRACESTATE_MAX_BYTES)
             .and_then(|v| std::str::from_utf8(v).ok())
-            .map(str::to_owned);
+            .map(Arc::from);
         Some(Box::new(RequestTrace {
             span,
             parent,
@@ -161,11 +162,53 @@ pub enum Kind {
     Client,
 }
 
-/// A value of a span attribute.
+/// Text in a span: a name or an attribute's value, taken as it is (a request's method and
+/// path are shared, not copied, on their way to the exporter).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Text {
+    Static(&'static str),
+    Shared(Arc<str>),
+    Owned(String),
+}
+
+impl Text {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Text::Static(s) => s,
+            Text::Shared(s) => s,
+            Text::Owned(s) => s,
+        }
+    }
+}
+
+impl From<&'static str> for Text {
+    fn from(s: &'static str) -> Self {
+        Text::Static(s)
+    }
+}
+
+impl From<String> for Text {
+    fn from(s: String) -> Self {
+        Text::Owned(s)
+    }
+}
+
+impl From<Arc<str>> for Text {
+    fn from(s: Arc<str>) -> Self {
+        Text::Shared(s)
+    }
+}
+
+/// A value of a span attribute. Addresses and ids are written out by the exporter's
+/// thread, not by the request's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attr {
-    Text(Cow<'static, str>),
+    Text(Text),
     Int(i64),
+    /// An IP address, as text.
+    Ip(std::net::IpAddr),
+    /// An id, as 16 hex digits.
+    Hex(u64),
 }
 
 /// A finished span, on its way to the exporter.
@@ -173,8 +216,10 @@ pub enum Attr {
 pub struct Span {
     pub context: SpanContext,
     pub parent: Option<u64>,
-    pub tracestate: Option<String>,
-    pub name: Cow<'static, str>,
+    /// Its parent is in another process (a `traceparent` that came with the request).
+    pub remote_parent: bool,
+    pub tracestate: Option<Arc<str>>,
+    pub name: Text,
     pub kind: Kind,
     pub start_ns: u64,
     pub end_ns: u64,
@@ -188,7 +233,7 @@ pub struct Span {
 pub struct Timed {
     pub context: SpanContext,
     parent: Option<u64>,
-    name: Cow<'static, str>,
+    name: Text,
     kind: Kind,
     start_ns: u64,
 }
@@ -196,11 +241,7 @@ pub struct Timed {
 impl Timed {
     /// A child of `parent` starting now, if spans are recorded (an exporter is set, and the
     /// trace is sampled).
-    pub fn start(
-        parent: Option<SpanContext>,
-        name: impl Into<Cow<'static, str>>,
-        kind: Kind,
-    ) -> Option<Timed> {
+    pub fn start(parent: Option<SpanContext>, name: impl Into<Text>, kind: Kind) -> Option<Timed> {
         let parent = parent.filter(|p| p.sampled && exporting())?;
         Some(Timed {
             context: parent.child(),
@@ -212,7 +253,7 @@ impl Timed {
     }
 
     /// The first span of a new trace, starting now, if spans are exported.
-    pub fn root(name: impl Into<Cow<'static, str>>, kind: Kind) -> Option<Timed> {
+    pub fn root(name: impl Into<Text>, kind: Kind) -> Option<Timed> {
         exporting().then(|| Timed {
             context: SpanContext::root(),
             parent: None,
@@ -227,6 +268,7 @@ impl Timed {
         record(Span {
             context: self.context,
             parent: self.parent,
+            remote_parent: false,
             tracestate: None,
             name: self.name,
             kind: self.kind,
@@ -254,6 +296,14 @@ pub fn install(endpoint: Endpoint, service: &str) -> std::io::Result<()> {
 /// Whether spans are exported.
 pub fn exporting() -> bool {
     EXPORTER.get().is_some()
+}
+
+/// Sends the spans still queued, waiting at most [`export::FLUSH_PATIENCE`]: a server that
+/// stops does not lose the spans of its last requests.
+pub fn flush() {
+    if let Some(exporter) = EXPORTER.get() {
+        exporter.flush(export::FLUSH_PATIENCE);
+    }
 }
 
 /// Sends a finished span (dropped, and counted, when the exporter's queue is full).

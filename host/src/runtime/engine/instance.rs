@@ -121,7 +121,7 @@ impl Instance {
         let tags = &self.store.data().tags;
         tags.set_trace(None);
         if let Some(span) = span {
-            let plugin = crate::trace::Attr::Text(tags.plugin.to_string().into());
+            let plugin = crate::trace::Attr::Text(tags.plugin.clone().into());
             // Not the error's text: a guest's own words stay in its (masked) log lines.
             let error = failed.then(|| "the call failed".to_owned());
             span.end(vec![("ankh.plugin", plugin)], error);
@@ -135,13 +135,13 @@ impl Instance {
         job: crate::runtime::engine::world::JobRecord,
         id: u64,
     ) -> Result<Result<(), String>, Failure> {
-        let attributes = vec![
-            (
-                "ankh.schedule",
-                crate::trace::Attr::Text(job.schedule.clone().into()),
-            ),
-            ("ankh.due_ms", crate::trace::Attr::Int(job.due_ms as i64)),
-        ];
+        let (schedule, due_ms) = (job.schedule.clone(), job.due_ms);
+        let attributes = move || {
+            vec![
+                ("ankh.schedule", crate::trace::Attr::Text(schedule.into())),
+                ("ankh.due_ms", crate::trace::Attr::Int(due_ms as i64)),
+            ]
+        };
         self.traced("scheduled job", attributes, async move |this: &mut Self| {
             this.arm(None);
             this.store
@@ -166,7 +166,7 @@ impl Instance {
         ws: WsId,
         request: &types::Request,
     ) -> Result<(), Failure> {
-        let attributes = vec![("ankh.websocket", crate::trace::Attr::Int(ws as i64))];
+        let attributes = || vec![("ankh.websocket", crate::trace::Attr::Int(ws as i64))];
         self.traced("websocket open", attributes, async |this: &mut Self| {
             this.arm(None);
             let result = this.bindings.on_open(&mut this.store, ws, request).await;
@@ -181,7 +181,7 @@ impl Instance {
             WsEvent::Close { .. } => "websocket close",
             _ => "websocket message",
         };
-        let attributes = vec![("ankh.websocket", crate::trace::Attr::Int(ws as i64))];
+        let attributes = || vec![("ankh.websocket", crate::trace::Attr::Int(ws as i64))];
         self.traced(name, attributes, async move |this: &mut Self| {
             this.deliver(ws, event).await
         })
@@ -220,10 +220,11 @@ impl Instance {
 
     /// Runs `call` as the span `name` of a new trace (when spans are exported), its key-value
     /// operations and outbound calls children of it: a WebSocket event or a scheduled job.
+    /// Its `attributes` are made only when it is.
     async fn traced<T>(
         &mut self,
         name: &'static str,
-        attributes: Vec<(&'static str, crate::trace::Attr)>,
+        attributes: impl FnOnce() -> Vec<(&'static str, crate::trace::Attr)>,
         call: impl AsyncFnOnce(&mut Self) -> Result<T, Failure>,
     ) -> Result<T, Failure> {
         let Some(span) = crate::trace::Timed::root(name, crate::trace::Kind::Server) else {
@@ -233,10 +234,10 @@ impl Instance {
         let result = call(self).await;
         let tags = &self.store.data().tags;
         tags.set_trace(None);
-        let mut attributes = attributes;
+        let mut attributes = attributes();
         attributes.push((
             "ankh.plugin",
-            crate::trace::Attr::Text(tags.plugin.to_string().into()),
+            crate::trace::Attr::Text(tags.plugin.clone().into()),
         ));
         let error = result.as_ref().err().map(|f| f.error.to_string());
         span.end(attributes, error);
