@@ -66,8 +66,10 @@ fn spans_follow_a_request_across_an_outbound_call_into_another_process() {
     });
     assert_eq!(a_server.attribute("ankh.plugin"), Some("probe"));
     assert_eq!(a_server.attribute("http.response.status_code"), Some("200"));
+    assert_eq!(a_server.remote_parent, Some(true), "{a_server:?}");
     let a_call = one(&ours, "A's plugin call", |s| s.parent == a_server.span_id);
     assert_eq!(a_call.name, "plugin call");
+    assert_eq!(a_call.remote_parent, Some(false), "{a_call:?}");
     let a_out = one(&ours, "A's outbound call", |s| {
         s.kind == CLIENT && s.parent == a_call.span_id
     });
@@ -85,6 +87,7 @@ fn spans_follow_a_request_across_an_outbound_call_into_another_process() {
         "both spans came from one process"
     );
     assert_eq!(b_server.attribute("ankh.plugin"), Some("kvprobe"));
+    assert_eq!(b_server.remote_parent, Some(true), "{b_server:?}");
     let b_call = one(&ours, "B's plugin call", |s| s.parent == b_server.span_id);
     let kv = one(&ours, "B's kv.get", |s| s.parent == b_call.span_id);
     assert_eq!(kv.name, "kv.get");
@@ -120,6 +123,27 @@ fn a_request_without_a_traceparent_starts_a_trace() {
         &[],
         |v| v >= 2.0,
     );
+}
+
+/// A server that stops sends the spans of its last requests before it exits: they do not
+/// wait for the exporter's next round.
+#[test]
+fn a_stopping_server_sends_its_last_spans_first() {
+    let otlp = Receiver::start();
+    let s = Options::default()
+        .plugin(plugins::PROBE)
+        .flag("--otlp-endpoint", otlp.endpoint())
+        .start();
+    assert_eq!(s.get("/probe/ok").0, 200);
+    let status = s.terminate();
+    assert!(status.success(), "{status}");
+    // Received before the exit, or never.
+    let spans = otlp.spans();
+    let served = spans
+        .iter()
+        .find(|s| s.attribute("url.path") == Some("/probe/ok"));
+    assert!(served.is_some(), "the last spans were lost: {spans:#?}");
+    assert_eq!(served.unwrap().attribute("ankh.plugin"), Some("probe"));
 }
 
 /// Without an endpoint nothing is exported, and the client's context still reaches the

@@ -28,6 +28,8 @@ pub struct ReceivedSpan {
     pub pid: String,
     /// Its status is an error.
     pub error: bool,
+    /// Its flags say whether its parent is in another process: `None` when they do not say.
+    pub remote_parent: Option<bool>,
 }
 
 impl ReceivedSpan {
@@ -206,6 +208,8 @@ fn spans_of(request: ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
                         .collect(),
                     pid: pid.clone(),
                     error: span.status.is_some_and(|s| s.code == 2),
+                    // OTLP's `SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE` and `..._IS_REMOTE`.
+                    remote_parent: (span.flags & 0x100 != 0).then_some(span.flags & 0x200 != 0),
                 });
             }
         }
