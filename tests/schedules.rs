@@ -87,6 +87,28 @@ fn failing_and_trapping_jobs_are_counted_and_their_secrets_masked() {
     assert_eq!(s.get("/jobsprobe/ticks").0, 200);
 }
 
+/// A hostile job's error cannot forge log lines or flood the log: its newline and escape are
+/// written as escapes, and it is cut at a guest log line's length.
+#[test]
+fn a_jobs_error_is_one_bounded_line_of_the_log() {
+    let s = start("[[schedule]]\nname = \"forge\"\nevery = \"200ms\"\n");
+    let log = s.wait_for_log("scheduled job failed: quiet");
+    let line = log
+        .lines()
+        .find(|l| l.contains("scheduled job failed: quiet"))
+        .unwrap();
+    assert!(line.contains("quiet\\n2026-12-06"), "{line}");
+    assert!(line.contains("\\u{1b}[2J"), "{line}");
+    assert!(line.contains("truncated: 100"), "{line}");
+    assert!(line.len() < 5 * 1024, "a line of {} bytes", line.len());
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("2026-12-06T00:00:00.000000Z")),
+        "a forged line:\n{log}"
+    );
+    assert!(!log.contains('\x1b'), "a raw escape reached the log");
+}
+
 /// A run that lasts longer than the interval: the ticks that come meanwhile are skipped and
 /// counted, and no two runs overlap (each tick that ran, ran once).
 #[test]
@@ -130,12 +152,30 @@ fn a_queued_tick_runs_when_the_run_before_it_ends() {
         v >= 4.0
     });
     let (ticks, _) = ticks(&s);
-    // The tick that runs next is the last one due before the run ended: 200-300 ms after
-    // the one before (skipping would wait for the first tick after the end, 300 ms).
-    let close = ticks.windows(2).filter(|w| w[1].0 - w[0].0 < 300).count();
+    // The tick that runs next was due before the run ended (it waited for it), where
+    // skipping would run the first tick due after the end. A run's log line is written once
+    // it has ended: the next run's tick is due before that line's time, however long the
+    // runs took on a loaded machine.
+    let log = s.wait_for_log_count("scheduled job ran", 4);
+    let ran: Vec<(i64, i64)> = log
+        .lines()
+        .filter(|l| l.contains("scheduled job ran"))
+        .filter_map(|l| {
+            let at: jiff::Timestamp = l.split_whitespace().next()?.parse().ok()?;
+            let due = l
+                .split("due=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()?;
+            Some((due, at.as_millisecond()))
+        })
+        .collect();
+    let waited = ran.windows(2).filter(|w| w[1].0 < w[0].1).count();
     assert!(
-        close >= 2,
-        "no queued tick ran right after its run: {ticks:?}"
+        waited >= 2,
+        "no queued tick ran right after its run (due, logged): {ran:?}"
     );
     for (due, n) in &ticks {
         assert_eq!(*n, 1, "tick {due} ran {n} times: {ticks:?}");

@@ -164,11 +164,19 @@ impl Scheduler {
             took,
             outcome: match outcome {
                 RunOutcome::Ok => Ok(()),
-                RunOutcome::Failed(why) => Err(p.mask(&why).into_owned()),
+                RunOutcome::Failed(why) => Err(said(&p, &why)),
                 RunOutcome::NotRun => Err("the run did not happen".to_owned()),
             },
         })
     }
+}
+
+/// What a failed job said, as the log and `ankh run` show it: its secrets masked first (a
+/// cut could split one), then control characters escaped (no forged lines) and the text cut
+/// at a guest log line's length.
+fn said(plugin: &Plugin, why: &str) -> String {
+    crate::runtime::host::stdio::printable(&plugin.mask(why), crate::limits::GUEST_LOG_LINE_BYTES)
+        .into_owned()
 }
 
 /// How a run of `ankh run` went.
@@ -484,7 +492,7 @@ impl Ticking {
                 %run,
                 took_ms = took.as_millis() as u64,
                 "scheduled job failed: {}",
-                entry.plugin.mask(why)
+                said(&entry.plugin, why)
             ),
             RunOutcome::NotRun => tracing::warn!(
                 %plugin,

@@ -6,6 +6,8 @@
 //!   shows as 2), then sleeps `sleep_ms` (a configuration value, default 0)
 //! - `fail`: fails with a message that holds the value `token` (a secret, masked by the host)
 //! - `trap`: panics
+//! - `forge`: fails with a message that forges a log line after a newline, holds a terminal
+//!   escape, and runs on for 100,000 bytes
 //!
 //! Routes:
 //! - `GET /jobsprobe/ticks` → `DUE COUNT` lines for every tick that ran, sorted, then
@@ -37,6 +39,12 @@ fn jobs() -> schedule::Jobs {
             ))
         })
         .on("trap", |_job| panic!("a job that traps"))
+        .on("forge", |_job| {
+            Err(format!(
+                "quiet\n2026-12-06T00:00:00.000000Z  INFO ankh::access: GET /forged 200 \x1b[2J{}",
+                "y".repeat(100_000)
+            ))
+        })
 }
 
 fn ticks(_req: &Request) -> Result<Response, String> {
