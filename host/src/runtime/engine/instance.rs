@@ -239,7 +239,8 @@ impl Instance {
             "ankh.plugin",
             crate::trace::Attr::Text(tags.plugin.clone().into()),
         ));
-        let error = result.as_ref().err().map(|f| f.error.to_string());
+        // Not the failure's text, which may hold the guest's words (as for a request's call).
+        let error = result.as_ref().err().map(|_| "the call failed".to_owned());
         span.end(attributes, error);
         result
     }
