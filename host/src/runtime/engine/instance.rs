@@ -111,7 +111,10 @@ impl Instance {
         .filter(|_| trace.recorded())
         .map(Box::new);
         let context = span.as_ref().map_or_else(|| trace.context(), |s| s.context);
-        self.store.data().tags.set_trace(Some(context));
+        self.store
+            .data()
+            .tags
+            .set_trace(Some(context), trace.tracestate.clone());
         span
     }
 
@@ -119,7 +122,7 @@ impl Instance {
     #[cold]
     fn leave_trace(&mut self, span: Option<Box<crate::trace::Timed>>, failed: bool) {
         let tags = &self.store.data().tags;
-        tags.set_trace(None);
+        tags.set_trace(None, None);
         if let Some(span) = span {
             let plugin = crate::trace::Attr::Text(tags.plugin.clone().into());
             // Not the error's text: a guest's own words stay in its (masked) log lines.
@@ -230,10 +233,10 @@ impl Instance {
         let Some(span) = crate::trace::Timed::root(name, crate::trace::Kind::Server) else {
             return call(self).await;
         };
-        self.store.data().tags.set_trace(Some(span.context));
+        self.store.data().tags.set_trace(Some(span.context), None);
         let result = call(self).await;
         let tags = &self.store.data().tags;
-        tags.set_trace(None);
+        tags.set_trace(None, None);
         let mut attributes = attributes();
         attributes.push((
             "ankh.plugin",

@@ -27,6 +27,8 @@ pub(crate) struct LogTags {
     /// The trace of the call being run, if it has one: its log lines carry the trace id,
     /// and its key-value operations and outbound calls are its children.
     trace: std::sync::Mutex<Option<crate::trace::SpanContext>>,
+    /// The `tracestate` that came with the call's request, passed on with its outbound calls.
+    tracestate: std::sync::Mutex<Option<Arc<str>>>,
     budget: Arc<LogBudget>,
 }
 
@@ -36,6 +38,7 @@ impl LogTags {
             plugin,
             request: AtomicU64::new(0),
             trace: std::sync::Mutex::new(None),
+            tracestate: std::sync::Mutex::new(None),
             budget,
         })
     }
@@ -48,12 +51,31 @@ impl LogTags {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Sets (or clears) the trace context of the call being run.
-    pub(crate) fn set_trace(&self, context: Option<crate::trace::SpanContext>) {
+    /// The `tracestate` of the call being run, if its request had one.
+    pub(crate) fn tracestate(&self) -> Option<Arc<str>> {
+        self.tracestate
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Sets (or clears) the trace context of the call being run, and its `tracestate`.
+    pub(crate) fn set_trace(
+        &self,
+        context: Option<crate::trace::SpanContext>,
+        tracestate: Option<Arc<str>>,
+    ) {
         *self
             .trace
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = context;
+        let mut state = self
+            .tracestate
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if state.is_some() || tracestate.is_some() {
+            *state = tracestate;
+        }
     }
 
     /// `text` with the plugin's secrets masked.

@@ -344,6 +344,12 @@ impl wasmtime_wasi_http::WasiHttpHooks for HttpHooks {
             && let Ok(value) = http::HeaderValue::from_str(&context.traceparent())
         {
             request.headers_mut().insert("traceparent", value);
+            // The caller's vendors' state goes on with it (W3C trace context).
+            if let Some(state) = self.tags.tracestate()
+                && let Ok(state) = http::HeaderValue::from_str(&state)
+            {
+                request.headers_mut().insert("tracestate", state);
+            }
         }
         let attributes = span.as_ref().map(|_| client_attributes(&request));
         let send = self.outbound.clone().send(request, options);
