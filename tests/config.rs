@@ -51,6 +51,10 @@ fn write(dir: &Path, name: &str, text: &str, mode: u32) -> PathBuf {
 /// A server with the probe as `configprobe` (its policy above) and as `other` (declaring
 /// `api_key` too), a secrets file and a config file.
 fn start(secrets: &Path, config: &Path) -> TestServer {
+    options(secrets, config).start()
+}
+
+fn options(secrets: &Path, config: &Path) -> Options {
     Options::default()
         .plugin(plugins::CONFIGPROBE)
         .file("configprobe.toml", POLICY.as_bytes())
@@ -61,7 +65,6 @@ fn start(secrets: &Path, config: &Path) -> TestServer {
         .env("ANKH_VAR_CONFIGPROBE__REGION", "from-env")
         .arg("--admin")
         .arg("127.0.0.1:0")
-        .start()
 }
 
 fn files(dir: &TempDir) -> (PathBuf, PathBuf) {
@@ -168,13 +171,18 @@ fn a_secrets_file_others_may_read_is_refused_with_its_reason() {
 fn a_secret_never_reaches_the_servers_output() {
     let dir = TempDir::new("values");
     let (secrets, config) = files(&dir);
-    let s = start(&secrets, &config);
+    // Its spans are an output too.
+    let otlp = crate::otlp::Receiver::start();
+    let s = options(&secrets, &config)
+        .flag("--otlp-endpoint", otlp.endpoint())
+        .start();
     assert_eq!(s.get("/configprobe/get?name=api_key").1, SECRET);
     assert_eq!(
         s.get("/configprobe/leak?name=api_key"),
         (200, "logged".into())
     );
-    assert_eq!(s.get("/configprobe/panic?name=api_key").0, 500);
+    let (status, panic_body) = s.get("/configprobe/panic?name=api_key");
+    assert_eq!(status, 500);
     // Its lines were written, with the secret masked. Each comes its own way (the log import at
     // once, captured stdout and stderr when flushed, the trap after the answer), so wait for each.
     for line in [
@@ -239,8 +247,19 @@ fn a_secret_never_reaches_the_servers_output() {
     assert!(broken.contains("not valid TOML (line 2)"), "{broken}");
 
     let log = s.log();
+    // The panicking call's spans, with their error status, have arrived.
+    let spans = otlp.wait_for(crate::harness::PATIENCE, |spans| {
+        spans.iter().any(|s| {
+            s.error
+                && s.attribute("url.path")
+                    .is_some_and(|p| p.starts_with("/configprobe/panic"))
+        })
+    });
+    let spans = format!("{spans:#?}");
     for (what, text) in [
         ("log", &log),
+        ("answer to the panicking call", &panic_body),
+        ("spans", &spans),
         ("metrics", &metrics),
         ("check", &check),
         ("print-config", &printed),

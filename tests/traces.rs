@@ -10,6 +10,8 @@ use crate::otlp::{ReceivedSpan, Receiver};
 /// The client's trace and span.
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
+/// The client's vendors' state, passed on with the trace.
+const STATE: &str = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7";
 
 const SERVER: i32 = 2;
 const CLIENT: i32 = 3;
@@ -30,11 +32,11 @@ fn pair(otlp: Option<&Receiver>) -> (TestServer, TestServer) {
 }
 
 /// `GET /probe/fetch` on `a`, which calls `b`'s `/kvprobe/get?key=k`, with the client's
-/// `traceparent`.
+/// `traceparent` and `tracestate`.
 fn call_through(a: &TestServer, b: &TestServer) -> String {
     let target = format!("http://{}/kvprobe/get%3Fkey%3Dk", b.addr);
     let request = format!(
-        "GET /probe/fetch?url={target} HTTP/1.1\r\nHost: x\r\ntraceparent: 00-{TRACE}-{CLIENT_SPAN}-01\r\nConnection: close\r\n\r\n"
+        "GET /probe/fetch?url={target} HTTP/1.1\r\nHost: x\r\ntraceparent: 00-{TRACE}-{CLIENT_SPAN}-01\r\ntracestate: {STATE}\r\nConnection: close\r\n\r\n"
     );
     a.raw(request.as_bytes())
 }
@@ -88,6 +90,9 @@ fn spans_follow_a_request_across_an_outbound_call_into_another_process() {
     );
     assert_eq!(b_server.attribute("ankh.plugin"), Some("kvprobe"));
     assert_eq!(b_server.remote_parent, Some(true), "{b_server:?}");
+    // The client's `tracestate` crossed both processes.
+    assert_eq!(a_server.trace_state, STATE);
+    assert_eq!(b_server.trace_state, STATE);
     let b_call = one(&ours, "B's plugin call", |s| s.parent == b_server.span_id);
     let kv = one(&ours, "B's kv.get", |s| s.parent == b_call.span_id);
     assert_eq!(kv.name, "kv.get");

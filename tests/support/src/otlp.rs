@@ -19,6 +19,8 @@ pub struct ReceivedSpan {
     pub span_id: String,
     /// Empty for a root span.
     pub parent: String,
+    /// The `tracestate` it was recorded with.
+    pub trace_state: String,
     pub name: String,
     /// OTLP's span kind: 1 internal, 2 server, 3 client.
     pub kind: i32,
@@ -28,6 +30,8 @@ pub struct ReceivedSpan {
     pub pid: String,
     /// Its status is an error.
     pub error: bool,
+    /// Its status's message.
+    pub status: String,
     /// Its flags say whether its parent is in another process: `None` when they do not say.
     pub remote_parent: Option<bool>,
 }
@@ -194,6 +198,7 @@ fn spans_of(request: ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
                     trace_id: hex(&span.trace_id),
                     span_id: hex(&span.span_id),
                     parent: hex(&span.parent_span_id),
+                    trace_state: span.trace_state.clone(),
                     name: span.name,
                     kind: span.kind,
                     attributes: span
@@ -207,7 +212,12 @@ fn spans_of(request: ExportTraceServiceRequest) -> Vec<ReceivedSpan> {
                         })
                         .collect(),
                     pid: pid.clone(),
-                    error: span.status.is_some_and(|s| s.code == 2),
+                    error: span.status.as_ref().is_some_and(|s| s.code == 2),
+                    status: span
+                        .status
+                        .as_ref()
+                        .map(|s| s.message.clone())
+                        .unwrap_or_default(),
                     // OTLP's `SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE` and `..._IS_REMOTE`.
                     remote_parent: (span.flags & 0x100 != 0).then_some(span.flags & 0x200 != 0),
                 });
