@@ -87,6 +87,35 @@ fn failing_and_trapping_jobs_are_counted_and_their_secrets_masked() {
     assert_eq!(s.get("/jobsprobe/ticks").0, 200);
 }
 
+/// Jobs are held by the plugin's CPU cap as its requests are: once the allowance is spent,
+/// ticks are skipped, say why, and are counted as throttled.
+#[test]
+fn a_plugin_that_spent_its_cpu_time_runs_no_job() {
+    let s = start(
+        "[limits]\ncpu_ms_per_minute = 300\n\n\
+         [[schedule]]\nname = \"burn\"\nevery = \"100ms\"\n",
+    );
+    s.wait_for_log("scheduled job skipped: the plugin used its CPU time for now");
+    let m = scrape(admin_addr(&s));
+    let labels = [("plugin", "jobsprobe"), ("schedule", "burn")];
+    let runs = value(&m, "ankh_schedule_runs_total", &labels);
+    let throttled = value(
+        &m,
+        "ankh_plugin_cpu_throttled_total",
+        &[("plugin", "jobsprobe")],
+    );
+    let cpu = value(
+        &m,
+        "ankh_plugin_cpu_seconds_total",
+        &[("plugin", "jobsprobe")],
+    );
+    assert!(throttled >= 1.0, "throttled {throttled}");
+    // 300 ms of allowance, at most 100 ms a run (less where the machine preempts it): a few
+    // runs, then none; the allowance was spent.
+    assert!((1.0..=12.0).contains(&runs), "{runs} runs");
+    assert!(cpu >= 0.29, "charged {cpu} s");
+}
+
 /// A hostile job's error cannot forge log lines or flood the log: its newline and escape are
 /// written as escapes, and it is cut at a guest log line's length.
 #[test]

@@ -428,6 +428,21 @@ impl Ticking {
         let Some(entry) = self.entries.get_mut(key) else {
             return;
         };
+        // A plugin whose CPU allowance is spent runs no job, as it answers no request.
+        if entry.plugin.metrics.cpu.exhausted().is_some() {
+            entry
+                .plugin
+                .metrics
+                .cpu_throttled
+                .fetch_add(1, Ordering::Relaxed);
+            self.release(key);
+            self.skip(
+                key,
+                due,
+                "the plugin used its CPU time for now (limits.cpu_ms_per_minute)",
+            );
+            return;
+        }
         let Some(slot) = entry.plugin.try_enter() else {
             self.release(key);
             self.skip(key, due, "the plugin is handling as many calls as it may");

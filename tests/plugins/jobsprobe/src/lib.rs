@@ -6,6 +6,7 @@
 //!   shows as 2), then sleeps `sleep_ms` (a configuration value, default 0)
 //! - `fail`: fails with a message that holds the value `token` (a secret, masked by the host)
 //! - `trap`: panics
+//! - `burn`: computes for `burn_ms` (a configuration value, default 100) of its clock
 //! - `forge`: fails with a message that forges a log line after a newline, holds a terminal
 //!   escape, and runs on for 100,000 bytes
 //!
@@ -39,6 +40,17 @@ fn jobs() -> schedule::Jobs {
             ))
         })
         .on("trap", |_job| panic!("a job that traps"))
+        .on("burn", |_job| {
+            let ms: u64 = config::get("burn_ms")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(100);
+            let start = std::time::Instant::now();
+            let mut x = 0u64;
+            while start.elapsed() < std::time::Duration::from_millis(ms) {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+            Ok(())
+        })
         .on("forge", |_job| {
             Err(format!(
                 "quiet\n2026-12-06T00:00:00.000000Z  INFO ankh::access: GET /forged 200 \x1b[2J{}",
