@@ -151,6 +151,43 @@ fn a_stopping_server_sends_its_last_spans_first() {
     assert_eq!(served.unwrap().attribute("ankh.plugin"), Some("probe"));
 }
 
+/// `--trace-sample 0`: a new trace is not recorded, but it has an id, logged; a request whose
+/// `traceparent` says sampled is recorded all the same.
+#[test]
+fn sampling_leaves_new_traces_unrecorded_and_follows_the_callers_flag() {
+    let otlp = Receiver::start();
+    let s = Options::default()
+        .plugin(plugins::PROBE)
+        .flag("--otlp-endpoint", otlp.endpoint())
+        .flag("--trace-sample", "0")
+        .start();
+    assert_eq!(s.get("/probe/ok").0, 200);
+    let log = s.wait_for_log("GET /probe/ok 200");
+    let line = log
+        .lines()
+        .find(|l| l.contains("GET /probe/ok 200"))
+        .unwrap();
+    let unsampled = line.split("trace=").nth(1).expect("a trace id").trim();
+    assert_eq!(unsampled.len(), 32, "{line}");
+    let answer = s.raw(
+        format!(
+            "GET /probe/ok?second HTTP/1.1\r\nHost: x\r\ntraceparent: 00-{TRACE}-{CLIENT_SPAN}-01\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // The spans leave in order: once the second request's are in, the first's would be.
+    let spans = otlp.wait_for(PATIENCE, |spans| {
+        spans
+            .iter()
+            .any(|s| s.trace_id == TRACE && s.kind == SERVER)
+    });
+    assert!(
+        !spans.iter().any(|s| s.trace_id == unsampled),
+        "an unsampled trace was exported: {spans:#?}"
+    );
+}
+
 /// Without an endpoint nothing is exported, and the client's context still reaches the
 /// access log of both processes: passed on unchanged by the untraced hop.
 #[test]

@@ -115,6 +115,8 @@ pub struct ServeConfig {
     pub secrets: Option<PathBuf>,
     /// Where spans are exported (OTLP over HTTP), if anywhere (see [`crate::trace`]).
     pub otlp_endpoint: Option<crate::trace::Endpoint>,
+    /// The share of new traces recorded (0 to 1); a request's `traceparent` decides for it.
+    pub trace_sample: f64,
     /// Plugins' values given in the config file (`[[values]]`): plugin, name, value. The
     /// runtime starts from these and reads the file again when it changes.
     pub values: Vec<BTreeMap<String, String>>,
@@ -171,6 +173,7 @@ impl ServeConfig {
             ready_file: None,
             secrets: None,
             otlp_endpoint: None,
+            trace_sample: 1.0,
             values: Vec::new(),
             log: LogConfig {
                 json: false,
@@ -579,6 +582,25 @@ static SERVER: &[Setting<ServeConfig>] = &[
                 .as_ref()
                 .map_or(Value::Unset, |e| Value::Text(e.to_string()))
         },
+    },
+    Setting {
+        key: "trace_sample",
+        flag: Flag::Value {
+            long: "trace-sample",
+            short: None,
+        },
+        kind: Kind::Fraction,
+        doc: "With --otlp-endpoint, the share of new traces whose spans are exported (0 to 1: 0.01 records one in a hundred, chosen by trace id, the same in every process); a request whose traceparent says sampled or not decides for itself. Unrecorded traces still get an id, logged and passed on",
+        default: || Value::Text("1".into()),
+        apply: |c, v| {
+            if let Value::Text(text) = v {
+                c.trace_sample = text
+                    .parse()
+                    .map_err(|_| format!("must be a number from 0 to 1, got {text:?}"))?;
+            }
+            Ok(())
+        },
+        read: |c| Value::Text(c.trace_sample.to_string()),
     },
     Setting {
         key: "values",
@@ -1248,6 +1270,45 @@ mod tests {
         assert!(
             e.starts_with("/etc/ankh/ankh.toml:1: wrkers: unknown field `wrkers`"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn a_trace_sample_is_a_share_from_0_to_1() {
+        assert_eq!(from_text("", &[]).unwrap().trace_sample, 1.0);
+        assert_eq!(
+            from_text("trace_sample = 0.25\n", &[])
+                .unwrap()
+                .trace_sample,
+            0.25
+        );
+        assert_eq!(
+            from_text("trace_sample = 0\n", &[]).unwrap().trace_sample,
+            0.0
+        );
+        let c = from_text("", &[("trace-sample", "0.01")]).unwrap();
+        assert_eq!(c.trace_sample, 0.01);
+        assert!(
+            c.to_toml().contains("trace_sample = 0.01\n"),
+            "{}",
+            c.to_toml()
+        );
+        let e = from_text("trace_sample = 1.5\n", &[]).unwrap_err();
+        assert_eq!(
+            e,
+            "/etc/ankh/ankh.toml:1: trace_sample: must be a number from 0 to 1, got \"1.5\""
+        );
+        let e = from_text("trace_sample = \"half\"\n", &[]).unwrap_err();
+        assert_eq!(
+            e,
+            "/etc/ankh/ankh.toml:1: trace_sample: expected a number from 0 to 1, found string"
+        );
+        let e = ServeConfig::resolve(None, &flags(&[("trace-sample", "-1")]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "--trace-sample: must be a number from 0 to 1, got \"-1\""
         );
     }
 

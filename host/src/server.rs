@@ -78,9 +78,12 @@ impl Server {
 
         if let Some(endpoint) = &config.otlp_endpoint {
             let service = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "ankh".into());
-            crate::trace::install(endpoint.clone(), &service)
+            crate::trace::install(endpoint.clone(), &service, config.trace_sample)
                 .context("cannot start the trace exporter")?;
-            tracing::info!("exporting traces to {endpoint} as service {service}");
+            tracing::info!(
+                "exporting traces to {endpoint} as service {service}, sampling {} of new traces",
+                config.trace_sample
+            );
         }
         // Before anything listens: a store that cannot be opened (locked by another ankh,
         // corrupt, an uncreatable directory) stops the start with its one-line reason.

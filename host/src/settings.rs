@@ -144,6 +144,8 @@ pub enum Kind {
     Switch,
     /// Free text, parsed where it lands (the setting's `apply`).
     Text,
+    /// A number from 0 to 1 (a share), kept as the text given.
+    Fraction,
     /// One of these words.
     Choice(&'static [&'static str]),
     /// A path; from a file, relative to the file's directory.
@@ -264,6 +266,10 @@ impl<C> Setting<C> {
                 _ => Err(format!("must be true or false, got {text:?}")),
             },
             Kind::Text => Ok(Value::Text(text.to_owned())),
+            Kind::Fraction => match text.trim().parse::<f64>() {
+                Ok(share) if (0.0..=1.0).contains(&share) => Ok(Value::Text(text.trim().to_owned())),
+                _ => Err(format!("must be a number from 0 to 1, got {text:?}")),
+            },
             Kind::Choice(words) => {
                 if words.contains(&text) {
                     Ok(Value::Text(text.to_owned()))
@@ -369,6 +375,14 @@ impl<C> Setting<C> {
                 let text = found.as_str().ok_or_else(wrong)?;
                 self.parse_text(text)
             }
+            Kind::Fraction => {
+                let text = found
+                    .as_float()
+                    .map(|f| f.as_str())
+                    .or_else(|| found.as_integer().map(|i| i.as_str()))
+                    .ok_or_else(wrong)?;
+                self.parse_text(text)
+            }
         }
     }
 }
@@ -379,6 +393,7 @@ impl Kind {
             Kind::Number { .. } => "a whole number",
             Kind::Switch => "true or false",
             Kind::Text | Kind::Choice(_) | Kind::Path | Kind::Address => "a string",
+            Kind::Fraction => "a number from 0 to 1",
             Kind::List => "a list of strings",
             Kind::Tables { .. } => "a list of tables",
         }
@@ -546,9 +561,15 @@ pub(crate) fn to_toml<C>(settings: &[Setting<C>], config: &C) -> String {
     let mut top = String::new();
     let mut sections: Vec<(&str, String)> = Vec::new();
     for setting in settings {
-        let Some(value) = (setting.read)(config).to_toml() else {
+        let Some(mut value) = (setting.read)(config).to_toml() else {
             continue;
         };
+        // A share is kept as its text, and written as the number it is.
+        if let (Kind::Fraction, toml::Value::String(text)) = (setting.kind, &value)
+            && let Ok(share) = text.parse()
+        {
+            value = toml::Value::Float(share);
+        }
         let (section, key) = match setting.key.split_once('.') {
             Some((section, key)) => (Some(section), key),
             None => (None, setting.key),
@@ -660,6 +681,7 @@ impl<C> Setting<C> {
             Kind::Path => "PATH",
             Kind::Address => "ADDR",
             Kind::Choice(_) | Kind::Text | Kind::List | Kind::Tables { .. } => "VALUE",
+            Kind::Fraction => "SHARE",
             Kind::Switch => "BOOL",
         }
     }

@@ -13,6 +13,7 @@
 pub(crate) mod export;
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -84,12 +85,13 @@ impl SpanContext {
         }
     }
 
-    /// The first span of a new trace.
+    /// The first span of a new trace, sampled as `--trace-sample` says.
     pub fn root() -> SpanContext {
+        let trace_id = (u128::from(random()) << 64) | u128::from(random());
         SpanContext {
-            trace_id: (u128::from(random()) << 64) | u128::from(random()),
+            trace_id,
             span_id: new_span_id(),
-            sampled: true,
+            sampled: sample(trace_id, SAMPLE_BELOW.load(Ordering::Relaxed)),
         }
     }
 
@@ -252,10 +254,15 @@ impl Timed {
         })
     }
 
-    /// The first span of a new trace, starting now, if spans are exported.
+    /// The first span of a new trace, starting now, if spans are exported and the new trace
+    /// is sampled.
     pub fn root(name: impl Into<Text>, kind: Kind) -> Option<Timed> {
-        exporting().then(|| Timed {
-            context: SpanContext::root(),
+        if !exporting() {
+            return None;
+        }
+        let context = SpanContext::root();
+        context.sampled.then(|| Timed {
+            context,
             parent: None,
             name: name.into(),
             kind,
@@ -283,11 +290,30 @@ impl Timed {
 /// The exporter, once [`install`]ed.
 static EXPORTER: OnceLock<export::Exporter> = OnceLock::new();
 
-/// Exports spans to `endpoint` from now on (once per process; later calls change nothing).
-pub fn install(endpoint: Endpoint, service: &str) -> std::io::Result<()> {
+/// The trace ids of new traces that are sampled: those whose low 56 bits are below this (as
+/// OpenTelemetry's trace-id ratio sampler has it, so that every process decides alike).
+static SAMPLE_BELOW: AtomicU64 = AtomicU64::new(SAMPLE_ALL);
+
+/// Past every 56-bit value: all sampled.
+const SAMPLE_ALL: u64 = 1 << 56;
+
+/// The threshold of a share from 0 to 1.
+fn sample_below(share: f64) -> u64 {
+    (share.clamp(0.0, 1.0) * SAMPLE_ALL as f64) as u64
+}
+
+/// Whether a new trace with this id is sampled under `below`.
+fn sample(trace_id: u128, below: u64) -> bool {
+    (trace_id as u64 & (SAMPLE_ALL - 1)) < below
+}
+
+/// Exports spans to `endpoint` from now on (once per process; later calls change nothing),
+/// sampling `share` of the new traces.
+pub fn install(endpoint: Endpoint, service: &str, share: f64) -> std::io::Result<()> {
     if EXPORTER.get().is_some() {
         return Ok(());
     }
+    SAMPLE_BELOW.store(sample_below(share), Ordering::Relaxed);
     let exporter = export::Exporter::start(endpoint, service)?;
     let _ = EXPORTER.set(exporter);
     Ok(())
@@ -405,6 +431,26 @@ mod tests {
         assert_eq!(child.trace_id, root.trace_id);
         assert_ne!(child.span_id, root.span_id);
         assert_ne!(SpanContext::root().trace_id, root.trace_id);
+    }
+
+    #[test]
+    fn a_share_of_new_traces_is_sampled_by_trace_id() {
+        let ids: Vec<u128> = (0..20_000).map(|_| SpanContext::root().trace_id).collect();
+        for share in [0.0, 0.01, 0.25, 0.5, 1.0] {
+            let below = sample_below(share);
+            let n = ids.iter().filter(|id| sample(**id, below)).count();
+            let expected = share * ids.len() as f64;
+            assert!(
+                (n as f64 - expected).abs() <= 0.02 * ids.len() as f64,
+                "{share}: {n} of {}",
+                ids.len()
+            );
+        }
+        assert!(ids.iter().all(|id| sample(*id, sample_below(1.0))));
+        assert!(!ids.iter().any(|id| sample(*id, sample_below(0.0))));
+        // The decision is the trace id's: the same in every process.
+        let id = 0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736;
+        assert_eq!(sample(id, sample_below(0.5)), sample(id, sample_below(0.5)));
     }
 
     #[test]
