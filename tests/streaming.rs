@@ -287,8 +287,56 @@ fn a_client_that_leaves_mid_stream_ends_the_call() {
         left.elapsed()
     );
     assert!(line.contains(" 200 "), "{line}");
+    // The line counts what was sent: at least what the client read, far from the 4 GiB asked.
+    let line = line
+        .lines()
+        .find(|l| l.contains("GET /httpecho/stream"))
+        .unwrap();
+    let field = |name: &str| -> u64 {
+        line.split(&format!(" {name}="))
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {line}"))
+    };
+    let sent = field("bytes");
+    assert!(
+        sent >= MIB && sent < 64 * MIB,
+        "{sent} bytes counted: {line}"
+    );
+    assert!(field("duration_us") > 0, "{line}");
     assert_eq!(open(), 0.0);
     assert_eq!(s.get("/httpecho/").0, 200);
+}
+
+/// A stream whose status has no body (204, 304) sends its head alone, without framing, and
+/// the connection goes on: what the producer writes is not sent.
+#[test]
+fn a_stream_with_a_bodyless_status_sends_its_head_alone() {
+    let s = Options::default().plugin(plugins::PROBE).start();
+    let mut c = s.connect();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    for status in [204, 304] {
+        c.write_all(
+            format!("GET /probe/stream?n=3&size=10&status={status}&trailer=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+        let (line, headers) = read_head(&mut r);
+        assert!(line.starts_with(&format!("HTTP/1.1 {status}")), "{line}");
+        assert!(
+            !headers
+                .iter()
+                .any(|(n, _)| n == "transfer-encoding" || n == "content-length"),
+            "{status}: {headers:?}"
+        );
+        // The next answer on the connection comes right after that head.
+        c.write_all(b"GET /probe/ok HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let next = read_response(&mut r, false);
+        assert_eq!(next.status, 200, "after {status}");
+    }
+    s.wait_for_log_count("stream wrote 3", 2);
 }
 
 /// A large body streams through in bounded memory: 1 GiB, byte-exact, the server's resident

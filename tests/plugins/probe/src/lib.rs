@@ -29,7 +29,7 @@
 //! - `/probe/fetch?url=U[&n=N]`: N (default 1) sequential outbound `GET U` through the SDK's
 //!   `http` client; answers `status S bytes B` and the last body, or the SDK's error answer
 //!   (502, or 504 for a timeout) with the error
-//! - `/probe/stream?n=N&size=S[&gate=ADDR][&trailer=1][&len=1][&ms=M]`: a streamed response
+//! - `/probe/stream?n=N&size=S[&gate=ADDR][&trailer=1][&len=1][&ms=M][&status=S]`: a streamed response
 //!   of N pieces (default 4) of S bytes (default 16) each, piece i all of the letter `a`+i%26,
 //!   written M ms apart (default 0); with `gate`, after the first piece it waits for
 //!   `GET http://ADDR/` to answer; with `trailer=1` it ends with the trailer `x-pieces: N`;
@@ -254,7 +254,8 @@ fn stream(req: &Request) -> Result<Outcome, Response> {
     let n: usize = query(req, "n", Some(4))?;
     let size: usize = query(req, "size", Some(16))?;
     let ms: u64 = query(req, "ms", Some(0))?;
-    let mut head = Response::new(200).with_header("content-type", "text/plain");
+    let status: u16 = query(req, "status", Some(200))?;
+    let mut head = Response::new(status).with_header("content-type", "text/plain");
     if req.query_param("len").as_deref() == Some("1") {
         head = head.with_header("content-length", (n * size).to_string());
     }
