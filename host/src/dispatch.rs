@@ -131,12 +131,7 @@ impl Dispatcher {
             });
         };
         let name_for_log = mount.plugin.name.clone();
-        if let Some(seconds) = mount.plugin.metrics.cpu.exhausted() {
-            mount
-                .plugin
-                .metrics
-                .cpu_throttled
-                .fetch_add(1, Ordering::Relaxed);
+        if let Some(seconds) = mount.plugin.metrics.cpu_throttle() {
             return Err(Immediate {
                 status: 503,
                 message: format!(

@@ -124,7 +124,7 @@ pub struct PluginMetrics {
     pub streams_unfinished: AtomicU64,
     /// CPU time its calls used, and its policy's cap on it.
     pub cpu: CpuMeter,
-    /// Requests refused while its CPU allowance was spent.
+    /// Requests refused and job ticks skipped while its CPU allowance was spent.
     pub cpu_throttled: AtomicU64,
 }
 
@@ -239,6 +239,14 @@ pub(crate) enum Tick {
 }
 
 impl PluginMetrics {
+    /// The seconds until the plugin's CPU allowance refills, when it is spent: the call
+    /// asked for is refused, and counted as throttled.
+    pub(crate) fn cpu_throttle(&self) -> Option<u32> {
+        let seconds = self.cpu.exhausted()?;
+        self.cpu_throttled.fetch_add(1, Ordering::Relaxed);
+        Some(seconds)
+    }
+
     /// A tick of schedule `name` ran or was skipped. Schedules are declared (at most
     /// [`SCHEDULES_PER_PLUGIN`](crate::limits::SCHEDULES_PER_PLUGIN) a version), so the
     /// names are bounded by the policies a plugin was loaded with.

@@ -429,12 +429,7 @@ impl Ticking {
             return;
         };
         // A plugin whose CPU allowance is spent runs no job, as it answers no request.
-        if entry.plugin.metrics.cpu.exhausted().is_some() {
-            entry
-                .plugin
-                .metrics
-                .cpu_throttled
-                .fetch_add(1, Ordering::Relaxed);
+        if entry.plugin.metrics.cpu_throttle().is_some() {
             self.release(key);
             self.skip(
                 key,
