@@ -74,8 +74,7 @@ fn record_span(
 ) {
     use crate::trace::{Attr, Kind, Span};
     // Shared or copied as numbers: the exporter's thread writes them out.
-    let mut attributes = Vec::with_capacity(7);
-    attributes.extend([
+    let mut attributes = vec![
         (
             "http.request.method",
             Attr::Text(access.method.clone().into()),
@@ -84,10 +83,8 @@ fn record_span(
         ("http.response.status_code", Attr::Int(i64::from(status))),
         ("http.response.body.size", Attr::Int(bytes as i64)),
         ("client.address", Attr::Ip(access.remote.ip())),
-    ]);
-    if plugin != "-" {
-        attributes.push(("ankh.plugin", Attr::Text(plugin.to_owned().into())));
-    }
+        ("ankh.plugin", Attr::Text(plugin.to_owned().into())),
+    ];
     if let Some(id) = request {
         attributes.push(("ankh.request", Attr::Hex(id)));
     }
