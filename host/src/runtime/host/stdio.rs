@@ -25,11 +25,17 @@ pub(crate) struct LogTags {
     pub plugin: Arc<str>,
     pub request: AtomicU64,
     /// The trace of the call being run, if it has one: its log lines carry the trace id,
-    /// and its key-value operations and outbound calls are its children.
-    trace: std::sync::Mutex<Option<crate::trace::SpanContext>>,
-    /// The `tracestate` that came with the call's request, passed on with its outbound calls.
-    tracestate: std::sync::Mutex<Option<Arc<str>>>,
+    /// and its key-value operations and outbound calls are its children, which pass on the
+    /// `tracestate` its request came with.
+    trace: std::sync::Mutex<CallTrace>,
     budget: Arc<LogBudget>,
+}
+
+/// The trace of the call an instance runs.
+#[derive(Debug, Default)]
+struct CallTrace {
+    context: Option<crate::trace::SpanContext>,
+    tracestate: Option<Arc<str>>,
 }
 
 impl LogTags {
@@ -37,26 +43,19 @@ impl LogTags {
         Arc::new(LogTags {
             plugin,
             request: AtomicU64::new(0),
-            trace: std::sync::Mutex::new(None),
-            tracestate: std::sync::Mutex::new(None),
+            trace: std::sync::Mutex::new(CallTrace::default()),
             budget,
         })
     }
 
     /// The trace context of the call being run.
     pub(crate) fn trace(&self) -> Option<crate::trace::SpanContext> {
-        *self
-            .trace
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.call_trace().context
     }
 
     /// The `tracestate` of the call being run, if its request had one.
     pub(crate) fn tracestate(&self) -> Option<Arc<str>> {
-        self.tracestate
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.call_trace().tracestate.clone()
     }
 
     /// Sets (or clears) the trace context of the call being run, and its `tracestate`.
@@ -65,17 +64,16 @@ impl LogTags {
         context: Option<crate::trace::SpanContext>,
         tracestate: Option<Arc<str>>,
     ) {
-        *self
-            .trace
+        *self.call_trace() = CallTrace {
+            context,
+            tracestate,
+        };
+    }
+
+    fn call_trace(&self) -> std::sync::MutexGuard<'_, CallTrace> {
+        self.trace
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = context;
-        let mut state = self
-            .tracestate
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if state.is_some() || tracestate.is_some() {
-            *state = tracestate;
-        }
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// `text` with the plugin's secrets masked.
