@@ -68,10 +68,7 @@ fn issue12_8_answers_the_host_makes_are_logged_with_their_request_and_size() {
             .lines()
             .find(|l| l.contains(&format!("method={method} path={path} status={status}")))
             .unwrap_or_else(|| panic!("no access line for {method} {path}:\n{log}"));
-        let bytes: usize = line
-            .split("bytes=")
-            .nth(1)
-            .and_then(|b| b.split_whitespace().next())
+        let bytes: usize = crate::harness::log_field(line, "bytes")
             .and_then(|b| b.parse().ok())
             .unwrap();
         assert!(bytes > 100, "{line}");

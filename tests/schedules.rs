@@ -191,13 +191,7 @@ fn a_queued_tick_runs_when_the_run_before_it_ends() {
         .filter(|l| l.contains("scheduled job ran"))
         .filter_map(|l| {
             let at: jiff::Timestamp = l.split_whitespace().next()?.parse().ok()?;
-            let due = l
-                .split("due=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()?;
+            let due = crate::harness::log_field(l, "due")?.parse().ok()?;
             Some((due, at.as_millisecond()))
         })
         .collect();

@@ -293,9 +293,7 @@ fn a_client_that_leaves_mid_stream_ends_the_call() {
         .find(|l| l.contains("GET /httpecho/stream"))
         .unwrap();
     let field = |name: &str| -> u64 {
-        line.split(&format!(" {name}="))
-            .nth(1)
-            .and_then(|v| v.split_whitespace().next())
+        crate::harness::log_field(line, name)
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no {name} in {line}"))
     };

@@ -799,3 +799,11 @@ pub fn is_closed(s: &mut TcpStream) -> bool {
         Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
     }
 }
+
+/// The value of field `name` in a text log line (`... name=VALUE ...`), as written.
+pub fn log_field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    line.split(&format!(" {name}="))
+        .nth(1)?
+        .split_whitespace()
+        .next()
+}
