@@ -2,7 +2,7 @@
 //! message is, and the signal that cancels a call. A leaf: it imports nothing of the host, so
 //! the socket loop, the pool and the runtime can all name these without naming each other.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
@@ -151,6 +151,8 @@ pub struct Cancel(Arc<CancelInner>);
 #[derive(Debug, Default)]
 struct CancelInner {
     fired: AtomicBool,
+    /// When it first fired.
+    fired_at: std::sync::OnceLock<std::time::Instant>,
     /// The call's response streams: its handler deadline is suspended, and its connection's
     /// stream limits bound it instead (see [`Cancel::set_streaming`]).
     streaming: AtomicBool,
@@ -161,12 +163,18 @@ struct CancelInner {
 impl Cancel {
     /// Fires the signal: the call's current wait ends now, and so does every later one.
     pub fn cancel(&self) {
+        self.0.fired_at.get_or_init(std::time::Instant::now);
         self.0.fired.store(true, Ordering::Release);
         wake_parked(&self.0.waker);
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
         self.0.fired.load(Ordering::Acquire)
+    }
+
+    /// When the signal first fired, if it has.
+    pub(crate) fn fired_at(&self) -> Option<std::time::Instant> {
+        self.0.fired_at.get().copied()
     }
 
     /// While `on`, the call's response is streaming: its wall-clock deadline does not stop
@@ -222,10 +230,12 @@ pub struct Flow(Arc<FlowInner>);
 #[derive(Debug)]
 struct FlowInner {
     held: std::sync::atomic::AtomicUsize,
+    /// Where the held bytes are also summed (its plugin's gauge), if anywhere.
+    tally: Option<Arc<AtomicI64>>,
     limit: usize,
     times: StreamTimes,
     closed: AtomicBool,
-    /// The server is draining: the stream should end at its next piece.
+    /// The server is draining: Server-Sent Events end at their next event.
     draining: AtomicBool,
     /// The writer, while it waits for room.
     waker: Mutex<Option<Waker>>,
@@ -247,8 +257,15 @@ impl Flow {
     /// A flow that lets at most `limit` bytes wait to be written, for a stream bounded by
     /// `times`.
     pub fn new(limit: usize, times: StreamTimes) -> Self {
+        Self::with_tally(limit, times, None)
+    }
+
+    /// A flow whose held bytes are also added to `tally` (and taken off it as they are
+    /// written, or when the flow is dropped), so that one gauge sums a plugin's streams.
+    pub fn with_tally(limit: usize, times: StreamTimes, tally: Option<Arc<AtomicI64>>) -> Self {
         Flow(Arc::new(FlowInner {
             held: std::sync::atomic::AtomicUsize::new(0),
+            tally,
             limit,
             times,
             closed: AtomicBool::new(false),
@@ -318,6 +335,9 @@ impl Flow {
     /// The writer hands over `n` bytes.
     pub fn add(&self, n: usize) {
         self.0.held.fetch_add(n, Ordering::AcqRel);
+        if let Some(tally) = &self.0.tally {
+            tally.fetch_add(n as i64, Ordering::Relaxed);
+        }
     }
 
     /// The loop wrote `n` of the bytes handed over: a writer waiting for room may go on.
@@ -332,12 +352,16 @@ impl Flow {
                 Some(h.saturating_sub(n))
             })
             .unwrap_or(0);
+        if let Some(tally) = &self.0.tally {
+            tally.fetch_sub(before.min(n) as i64, Ordering::Relaxed);
+        }
         if before >= self.0.limit && before.saturating_sub(n) < self.0.limit {
             wake_parked(&self.0.waker);
         }
     }
 
-    /// The server is draining: the writer ends the stream, whole, at its next piece.
+    /// The server is draining: the writer of Server-Sent Events ends the stream, whole, at
+    /// its next event; other streams go on (the drain's deadline cuts them).
     pub fn drain(&self) {
         self.0.draining.store(true, Ordering::Release);
     }
@@ -350,6 +374,15 @@ impl Flow {
     pub fn close(&self) {
         self.0.closed.store(true, Ordering::Release);
         wake_parked(&self.0.waker);
+    }
+}
+
+impl Drop for FlowInner {
+    /// What was never written (its client left) no longer counts.
+    fn drop(&mut self) {
+        if let Some(tally) = &self.tally {
+            tally.fetch_sub(*self.held.get_mut() as i64, Ordering::Relaxed);
+        }
     }
 }
 

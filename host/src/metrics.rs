@@ -120,6 +120,8 @@ pub struct PluginMetrics {
     pub streams_open: AtomicI64,
     /// Bytes of streamed bodies sent (framing and coding included).
     pub streamed_bytes: AtomicU64,
+    /// Bytes of its streamed responses the host holds: handed over, not yet written.
+    pub stream_held_bytes: Arc<AtomicI64>,
     /// Streamed responses that did not reach their end.
     pub streams_unfinished: AtomicU64,
     /// CPU time its calls used, and its policy's cap on it.
@@ -561,7 +563,7 @@ impl Metrics {
                 "ankh_plugin_request_duration_seconds_count{{plugin=\"{plugin}\"}} {count}"
             );
         }
-        let per_plugin: [Family; 18] = [
+        let per_plugin: [Family; 19] = [
             (
                 "ankh_plugin_traps_total",
                 "Calls that trapped.",
@@ -640,6 +642,12 @@ impl Metrics {
                 "Streamed responses whose body has not ended.",
                 "gauge",
                 |m| m.streams_open.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "ankh_plugin_stream_buffered_bytes",
+                "Bytes of streamed response bodies the host holds: handed over by the plugin, not yet written to their clients.",
+                "gauge",
+                |m| m.stream_held_bytes.load(Ordering::Relaxed).to_string(),
             ),
             (
                 "ankh_plugin_streamed_bytes_total",

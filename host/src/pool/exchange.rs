@@ -249,7 +249,8 @@ impl<R: Responder> Exchange<R> {
             }
         };
         self.responded = true;
-        let flow = Flow::new(STREAM_BUFFER_BYTES, self.stream.times);
+        let tally = (self.access.metrics.as_ref()).map(|m| m.stream_held_bytes.clone());
+        let flow = Flow::with_tally(STREAM_BUFFER_BYTES, self.stream.times, tally);
         flow.add(head.len());
         if let Some(cancel) = &self.stream.cancel {
             cancel.set_streaming(true);
@@ -285,10 +286,12 @@ impl<R: Responder> Exchange<R> {
             }
             self.responder.piece(framed);
         }
-        if open.flow.is_draining() {
-            // The server is going away: this piece is the last, and the response is ended
-            // whole, so the client sees it complete (an EventSource then reconnects, to a
-            // server that is not going away).
+        if open.flow.is_draining() && open.encoder.is_event_stream() {
+            // The server is going away and this is Server-Sent Events: this event is the
+            // last, and the stream is ended whole, so its EventSource reconnects (to a server
+            // that is not going away) and resumes after it. Other streams run on to their
+            // end, or to the drain's deadline, which cuts them: a download ended early must
+            // not look complete.
             let ended = self.finish::<(String, Vec<u8>)>(&[]);
             // Nobody reads what it would write next: the call stops at its next wait, so
             // the drain need not wait for it.

@@ -140,6 +140,7 @@ pub fn encode_head<F: Field>(
             coder,
             remaining,
             sent: 0,
+            event_stream,
         },
         keep_alive,
     ))
@@ -209,11 +210,19 @@ pub struct BodyEncoder {
     remaining: Option<u64>,
     /// Bytes put on the wire for the body, framing included.
     sent: usize,
+    /// Server-Sent Events (`text/event-stream`): a stream a client resumes on its own.
+    event_stream: bool,
 }
 
 impl BodyEncoder {
     pub fn framing(&self) -> Framing {
         self.framing
+    }
+
+    /// Whether the body is Server-Sent Events, which a client resumes after the last event it
+    /// saw when the stream ends (so a draining server may end it at any event).
+    pub fn is_event_stream(&self) -> bool {
+        self.event_stream
     }
 
     /// Bytes of the body written so far, framing and coding included.

@@ -112,6 +112,7 @@ impl Watch {
             deadline: remaining.map(Deadline::after),
             timeout: self.timeout,
             cancel: self.cancel.clone(),
+            grace: None,
         }
     }
 }
@@ -120,11 +121,19 @@ impl Watch {
 /// stream has ended (then the call stops).
 const STREAMING_RECHECK: Duration = Duration::from_secs(1);
 
+/// A streaming call whose client left: for how long after that its waits may still end on
+/// their own before the call is stopped. The wait for room to write ends at once (the write
+/// fails), so the guest learns `closed` and can end; a wait for anything else is stopped once
+/// this has passed since the client left.
+const STREAMING_CANCEL_GRACE: Duration = Duration::from_millis(100);
+
 /// See [`Watch::stopped`].
 pub(crate) struct Stopping {
     deadline: Option<Deadline>,
     timeout: Duration,
     cancel: Option<Cancel>,
+    /// Started when a streaming call is cancelled: see [`STREAMING_CANCEL_GRACE`].
+    grace: Option<Deadline>,
 }
 
 impl Future for Stopping {
@@ -135,7 +144,18 @@ impl Future for Stopping {
         if let Some(cancel) = &this.cancel
             && cancel.poll_fired(cx).is_ready()
         {
-            return Poll::Ready(Stop::Cancelled);
+            if !cancel.is_streaming() {
+                return Poll::Ready(Stop::Cancelled);
+            }
+            // From the cancellation, not from this wait: a guest that waits again and again
+            // is stopped all the same.
+            let grace = this.grace.get_or_insert_with(|| {
+                let since = cancel.fired_at().map_or(Duration::ZERO, |at| at.elapsed());
+                Deadline::after(STREAMING_CANCEL_GRACE.saturating_sub(since))
+            });
+            if grace.poll_ready(cx).is_ready() {
+                return Poll::Ready(Stop::Cancelled);
+            }
         }
         while let Some(deadline) = &mut this.deadline
             && deadline.poll_ready(cx).is_ready()
@@ -210,9 +230,14 @@ mod tests {
         cancel.cancel();
         // Computing: not stopped, so its next write can tell it `closed`.
         assert_eq!(watch.check(Instant::now()), None);
-        // Waiting: stopped at once.
+        // Waiting: stopped after a grace in which a wait that ends on its own (its write
+        // failing) would end first.
+        let started = Instant::now();
         let r = block_on(race(std::future::pending::<()>(), watch.stopped()));
         assert_eq!(r, Err(Stop::Cancelled));
+        assert!(started.elapsed() >= STREAMING_CANCEL_GRACE);
+        let r = block_on(race(std::future::ready(7), watch.stopped()));
+        assert_eq!(r, Ok(7));
         // Once the stream is over, the cancellation stops it anywhere.
         cancel.set_streaming(false);
         assert_eq!(watch.check(Instant::now()), Some(Stop::Cancelled));

@@ -30,6 +30,9 @@
 //! - `/ticks?n=N&ms=M`: N lines, M ms apart, each the wall-clock time it was written at, in
 //!   nanoseconds since the epoch (a stream of events whose latency a client can measure;
 //!   give the plugin `precise_clocks` for full resolution)
+//! - `/upload?to=HOST:PORT&bytes=N`: POSTs N bytes of the repeating alphabet to
+//!   `http://HOST:PORT/`, written in 4,082-byte pieces after the request is sent (an upload
+//!   streamed through), and answers the upstream's status and body, or the error
 //! - `/drip`: reads the request body as it arrives and answers, streamed, `read N` for each
 //!   read (at most 64 KiB), then `trailer NAME: VALUE` for each request trailer and `end`;
 //!   or, when a read fails, `error: WHY` (the wasi:http error code) and the body ends
@@ -149,6 +152,49 @@ fn fetch(authority: &str) -> Result<wasip2::http::types::IncomingResponse, Strin
         Some(Ok(Ok(response))) => Ok(response),
         other => Err(format!("error {other:?}")),
     }
+}
+
+/// `POST http://AUTHORITY/` with a body of `bytes` bytes of the repeating alphabet, written
+/// in pieces of 4,082 bytes after the request is sent: its status and body as text, or the
+/// error.
+fn upload(authority: &str, mut bytes: u64) -> String {
+    use wasip2::http::outgoing_handler;
+    use wasip2::http::types::OutgoingRequest;
+    let request = OutgoingRequest::new(Fields::new());
+    let _ = request.set_method(&Method::Post);
+    let _ = request.set_scheme(Some(&Scheme::Http));
+    let _ = request.set_authority(Some(authority));
+    let _ = request.set_path_with_query(Some("/"));
+    let body = request.body().expect("the body is taken once");
+    let future = match outgoing_handler::handle(request, None) {
+        Ok(future) => future,
+        Err(e) => return format!("error {e:?}"),
+    };
+    let stream = body.write().expect("the stream is taken once");
+    let piece: Vec<u8> = (0..4082).map(|i| b'a' + (i % 26) as u8).collect();
+    while bytes > 0 {
+        let len = bytes.min(piece.len() as u64) as usize;
+        if let Err(e) = stream.blocking_write_and_flush(&piece[..len]) {
+            return format!("error writing: {e:?}");
+        }
+        bytes -= len as u64;
+    }
+    drop(stream);
+    if let Err(e) = OutgoingBody::finish(body, None) {
+        return format!("error finishing: {e:?}");
+    }
+    future.subscribe().block();
+    let response = match future.get() {
+        Some(Ok(Ok(response))) => response,
+        other => return format!("error {other:?}"),
+    };
+    let body = response.consume().expect("the body is consumed once");
+    let stream = body.stream().expect("the stream is taken once");
+    let mut text = Vec::new();
+    while let Ok(chunk) = stream.blocking_read(64 * 1024) {
+        text.extend_from_slice(&chunk);
+    }
+    format!("{} {}", response.status(), String::from_utf8_lossy(&text))
 }
 
 /// `GET http://AUTHORITY/`: its status and body as text, or the error.
@@ -331,8 +377,9 @@ impl wasip2::exports::http::incoming_handler::Guest for Echo {
                 let (outgoing, stream) = start(out, &[("content-type", b"text/plain".to_vec())]);
                 while n > 0 {
                     let len = n.min(piece.len() as u64) as usize;
-                    if stream.blocking_write_and_flush(&piece[..len]).is_err() {
-                        // The client is gone.
+                    if let Err(e) = stream.blocking_write_and_flush(&piece[..len]) {
+                        // The client is gone: said on stderr, which the host logs.
+                        eprintln!("stream: the write failed: {e:?}");
                         return;
                     }
                     n -= len as u64;
@@ -366,6 +413,14 @@ impl wasip2::exports::http::incoming_handler::Guest for Echo {
                 drop(input);
                 drop(output);
                 OutgoingBody::finish(outgoing, None).expect("the body ends");
+            }
+            "/upload" => {
+                let to = param(query, "to").unwrap_or("127.0.0.1:9").to_owned();
+                let bytes: u64 = param(query, "bytes")
+                    .and_then(|b| b.parse().ok())
+                    .unwrap_or(0);
+                let answer = upload(&to, bytes);
+                respond(out, 200, &text(), answer.as_bytes());
             }
             "/drip" => {
                 let body = request.consume().expect("the body is consumed once");
