@@ -5,10 +5,12 @@
 # the machine's noise over all of them. Servers run as a user runs them (access log on, to a
 # file) unless -q turns the access log off.
 #
-#   benches/ab.sh [-p PATH] [-c CONNECTIONS] [-w WORKERS] [-r ROUNDS] [-d SECONDS] [-q] [-P WASM] BIN...
+#   benches/ab.sh [-p PATH] [-c CONNECTIONS] [-w WORKERS] [-r ROUNDS] [-d SECONDS] [-q] [-P WASM] [-b BYTES] BIN...
 #
 # -P serves another component as index.wasm instead, with no policy (a wasi:http component
-# built by the tests, say: target/wasm-plugins/wasm32-wasip2/release/httpecho.wasm).
+# built by the tests, say: target/wasm-plugins/wasm32-wasip2/release/httpecho.wasm). -b
+# POSTs a body of BYTES bytes with each request (the `echo` example answers it back:
+# `-P target/wasm-plugins/wasm32-wasip2/release/echo.wasm -b 1024`).
 #
 # A binary older than a key of the policy refuses the plugin; it is then served without the
 # policy (said on stderr). Such binaries predate coarse clocks, so they read precise clocks,
@@ -18,15 +20,16 @@
 #   cp target/release/ankh /tmp/ankh-before && cargo build --release -p ankh
 #   benches/ab.sh /tmp/ankh-before target/release/ankh
 set -euo pipefail
-path=/ conns=64 workers="" rounds=5 secs=3 quiet="" other=""
-while getopts "p:c:w:r:d:qP:" opt; do
+path=/ conns=64 workers="" rounds=5 secs=3 quiet="" other="" body=""
+while getopts "p:c:w:r:d:qP:b:" opt; do
     case $opt in
         p) path=$OPTARG ;; c) conns=$OPTARG ;; w) workers=$OPTARG ;;
-        r) rounds=$OPTARG ;; d) secs=$OPTARG ;; q) quiet=1 ;; P) other=$OPTARG ;; *) exit 2 ;;
+        r) rounds=$OPTARG ;; d) secs=$OPTARG ;; q) quiet=1 ;; P) other=$OPTARG ;;
+        b) body=$OPTARG ;; *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-p PATH] [-c N] [-w N] [-r N] [-d S] [-q] [-P WASM] BIN..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [-p PATH] [-c N] [-w N] [-r N] [-d S] [-q] [-P WASM] [-b BYTES] BIN..." >&2; exit 2; }
 command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 # Where ankh-test-support's build script builds the plugins (every cargo build of the tests or
@@ -38,6 +41,14 @@ work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 policy=$root/plugins/bench.toml
 if [ -n "$other" ]; then wasm=$(realpath "$other"); policy=""; fi
+
+# -b: a wrk script that POSTs the body.
+script=()
+if [ -n "$body" ]; then
+    printf 'wrk.method = "POST"\nwrk.body = string.rep("x", %d)\nwrk.headers["Content-Type"] = "text/plain"\n' \
+        "$body" >"$work/post.lua"
+    script=(-s "$work/post.lua")
+fi
 
 start() { # BIN DIR: sets $pid, returns once the server listens
     rm -f "$work/ready"
@@ -70,8 +81,8 @@ done
 run_one() { # BIN -> "rps p99"
     start "$1" "${dirs[$1]}"
     local url="http://$(cat "$work/ready")$path"
-    wrk -t2 -c"$conns" -d1s "$url" >/dev/null
-    local out; out=$(wrk -t2 -c"$conns" -d"${secs}s" --latency "$url")
+    wrk -t2 -c"$conns" -d1s "${script[@]}" "$url" >/dev/null
+    local out; out=$(wrk -t2 -c"$conns" -d"${secs}s" --latency "${script[@]}" "$url")
     kill $pid; wait $pid 2>/dev/null || true
     echo "$(awk '/Requests\/sec/ {print $2}' <<<"$out") $(awk '$1 == "99%" {print $2}' <<<"$out")"
 }
@@ -83,8 +94,8 @@ for r in $(seq "$rounds"); do
     done
 done
 for bin in "$@"; do echo "$bin: $(awk 'NF {printf "%s ", $1}' <<<"${results[$bin]}")"; done
-printf '%-40s %12s %10s   (%s, %d connections, %d x %ds rounds, access log %s)\n' binary "median req/s" "p99" \
-    "$path" "$conns" "$rounds" "$secs" "$([ -n "$quiet" ] && echo off || echo on)"
+printf '%-40s %12s %10s   (%s%s, %d connections, %d x %ds rounds, access log %s)\n' binary "median req/s" "p99" \
+    "$path" "${body:+, POST $body bytes}" "$conns" "$rounds" "$secs" "$([ -n "$quiet" ] && echo off || echo on)"
 for bin in "$@"; do
     median=$(sort -n <<<"${results[$bin]}" | awk 'NF' | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}')
     printf '%-40s %12.0f %10s\n' "$bin" ${median}

@@ -5,23 +5,23 @@
 # requests over one keep-alive connection (curl), counting only those, and prints
 # instructions per request (the kernel's share, `recv` and `send`, is not counted).
 #
-#   benches/instructions.sh [-n REQUESTS] [-p PATH] [-P WASM] [-a FLAGS] [-H HEADER] BIN...
+#   benches/instructions.sh [-n REQUESTS] [-p PATH] [-P WASM] [-a FLAGS] [-H HEADER] [-b BYTES] BIN...
 #
 # -P serves another component as index.wasm instead, with no policy. -a gives the server more
 # flags (`-a "--otlp-endpoint http://127.0.0.1:4318"`); -H sends a header with each request
-# (`-H "traceparent: 00-...-01"`).
+# (`-H "traceparent: 00-...-01"`); -b POSTs a body of BYTES bytes with each.
 #
 # Needs valgrind and curl (Debian packages of the same names). Takes about a minute per binary.
 set -euo pipefail
-requests=4000 path=/ other="" flags="" header=""
-while getopts "n:p:P:a:H:" opt; do
+requests=4000 path=/ other="" flags="" header="" body=""
+while getopts "n:p:P:a:H:b:" opt; do
     case $opt in
         n) requests=$OPTARG ;; p) path=$OPTARG ;; P) other=$OPTARG ;;
-        a) flags=$OPTARG ;; H) header=$OPTARG ;; *) exit 2 ;;
+        a) flags=$OPTARG ;; H) header=$OPTARG ;; b) body=$OPTARG ;; *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-n REQUESTS] [-p PATH] [-P WASM] [-a FLAGS] [-H HEADER] BIN..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [-n REQUESTS] [-p PATH] [-P WASM] [-a FLAGS] [-H HEADER] [-b BYTES] BIN..." >&2; exit 2; }
 for tool in valgrind callgrind_control callgrind_annotate curl; do
     command -v $tool >/dev/null || { echo "needs $tool (apt-get install valgrind curl)" >&2; exit 2; }
 done
@@ -36,6 +36,11 @@ work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir "$work/plugins"
 cp "$wasm" "$work/plugins/index.wasm"
+post=()
+if [ -n "$body" ]; then
+    head -c "$body" /dev/zero | tr '\0' x >"$work/body"
+    post=(-H "content-type: text/plain" --data-binary "@$work/body")
+fi
 [ -n "$other" ] || cp "$root/plugins/bench.toml" "$work/plugins/index.toml"
 
 for bin in "$@"; do
@@ -50,9 +55,9 @@ for bin in "$@"; do
     # A numbered parameter of its own makes each request distinct for curl's globbing.
     case $path in *\?*) sep='&' ;; *) sep='?' ;; esac
     # Warm: the first calls instantiate the plugin and fill caches.
-    curl -s -o /dev/null ${header:+-H "$header"} "$url${sep}warm=[1-200]"
+    curl -s -o /dev/null ${header:+-H "$header"} "${post[@]}" "$url${sep}warm=[1-200]"
     callgrind_control -z "$pid" >/dev/null 2>&1
-    curl -s -o /dev/null ${header:+-H "$header"} "$url${sep}n=[1-$requests]"
+    curl -s -o /dev/null ${header:+-H "$header"} "${post[@]}" "$url${sep}n=[1-$requests]"
     # With flags (an OTLP endpoint), the exporter's last batch leaves within half a second:
     # counted too.
     [ -z "$flags" ] || sleep 1
@@ -60,5 +65,5 @@ for bin in "$@"; do
     kill "$pid"; wait "$pid" 2>/dev/null || true
     total=$(callgrind_annotate --auto=no "$(ls "$work"/run/out.*.1 | head -1)" 2>/dev/null |
         awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-    echo "$bin: $((total / requests)) instructions per request ($requests requests, $path)"
+    echo "$bin: $((total / requests)) instructions per request ($requests requests, $path${body:+, POST $body bytes})"
 done
