@@ -98,6 +98,25 @@ fn the_first_piece_arrives_before_the_handler_ends() {
         "hello from wasi:http\n"
     );
     s.wait_for_log("GET /httpecho/gated");
+
+    // The same ordering seen by curl -N: it prints the first piece while the handler waits.
+    let Some(curl) = ankh_test_support::services::installed("curl", "curl") else {
+        return;
+    };
+    let mut curl = std::process::Command::new(curl)
+        .args(["-sN", &s.url(&format!("/httpecho/gated?gate={gate_addr}"))])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(curl.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    assert_eq!(first, "first\n");
+    open_gate(&gate, "again");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "second 200 again\n");
+    assert!(curl.wait().unwrap().success());
 }
 
 /// Lines written over time arrive one by one, with curl -N as with a raw socket; an
