@@ -274,6 +274,35 @@ fn a_secret_never_reaches_the_servers_output() {
 
 /// New values take effect without a restart when the secrets file changes, and on SIGHUP for
 /// the config file; requests made meanwhile all succeed, on the old values or the new.
+/// The bounds a policy or a source cannot pass: more than 256 values declared, or a value
+/// over 64 KiB (here a secret, from the environment), refuse that plugin with the reason
+/// (never the value), and the other plugins serve.
+#[test]
+fn too_many_values_or_too_long_a_value_refuse_only_that_plugin() {
+    let many: String = (0..257)
+        .map(|i| format!("[[config]]\nname = \"v{i}\"\ndefault = \"x\"\n"))
+        .collect();
+    let big = "Q".repeat(64 * 1024 + 1);
+    let s = Options::default()
+        .plugin_as("many", plugins::CONFIGPROBE)
+        .file("many.toml", many.as_bytes())
+        .plugin_as("big", plugins::CONFIGPROBE)
+        .file(
+            "big.toml",
+            b"[[config]]\nname = \"api_key\"\nsecret = true\n",
+        )
+        .env("ANKH_VAR_BIG__API_KEY", &big)
+        .plugin(plugins::HELLO)
+        .start();
+    let log = s.wait_for_log("257 values declared");
+    assert!(log.contains("257 values declared; at most 256"), "{log}");
+    let log = s.wait_for_log("value api_key is 65537 bytes, over 65536");
+    assert!(!log.contains(&big[..64]), "the value reached the log");
+    assert_eq!(s.get("/many/get?name=v0").0, 404);
+    assert_eq!(s.get("/big/get?name=api_key").0, 404);
+    assert_eq!(s.get("/hello").0, 200);
+}
+
 #[test]
 fn changed_values_take_effect_without_a_restart_or_a_lost_request() {
     let dir = TempDir::new("values");
@@ -282,26 +311,30 @@ fn changed_values_take_effect_without_a_restart_or_a_lost_request() {
     assert_eq!(s.get("/other/get?name=api_key").1, "other-key");
     let addr = s.url("");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let client = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let agent = crate::harness::agent();
-            let mut seen = std::collections::BTreeSet::new();
-            for _ in 0..100_000 {
-                if stop.load(std::sync::atomic::Ordering::Acquire) {
-                    break;
+    // Four clients at once, each on its own keep-alive connection, for as long as it takes.
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = stop.clone();
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let agent = crate::harness::agent();
+                let mut seen = std::collections::BTreeSet::new();
+                for _ in 0..100_000 {
+                    if stop.load(std::sync::atomic::Ordering::Acquire) {
+                        break;
+                    }
+                    let response = agent
+                        .get(&format!("{addr}/other/get?name=api_key"))
+                        .call()
+                        .unwrap();
+                    assert_eq!(response.status(), 200);
+                    let mut body = response.into_body();
+                    seen.insert(body.read_to_string().unwrap());
                 }
-                let response = agent
-                    .get(&format!("{addr}/other/get?name=api_key"))
-                    .call()
-                    .unwrap();
-                assert_eq!(response.status(), 200);
-                let mut body = response.into_body();
-                seen.insert(body.read_to_string().unwrap());
-            }
-            seen
+                seen
+            })
         })
-    };
+        .collect();
     // The secrets file is rewritten in place: the watcher sees it.
     write(
         dir.path(),
@@ -319,7 +352,10 @@ fn changed_values_take_effect_without_a_restart_or_a_lost_request() {
     s.signal("HUP");
     s.eventually("/configprobe/get?name=greeting", |_, body| body == "hup");
     stop.store(true, std::sync::atomic::Ordering::Release);
-    let seen = client.join().unwrap();
+    let seen: std::collections::BTreeSet<String> = clients
+        .into_iter()
+        .flat_map(|c| c.join().unwrap())
+        .collect();
     assert!(seen.contains("rotated"), "{seen:?}");
     assert!(
         seen.iter().all(|v| v == "other-key" || v == "rotated"),

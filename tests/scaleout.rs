@@ -559,6 +559,66 @@ fn processes_share_one_port_and_stop_together() {
     assert!(s.log().contains("every process has ended"), "{}", s.log());
 }
 
+// See: issue 36, "Changing the values takes effect without a restart (on SIGHUP ...)": with
+// `--processes`, the SIGHUP sent to the parent reaches every child, each reads its plugins'
+// values again, and a changed value reaches every process.
+#[test]
+fn sighup_to_the_parent_rereads_every_processs_values() {
+    let Some(redis) = Redis::start("hup") else {
+        return;
+    };
+    let dir = crate::harness::TempDir::new("hup");
+    let config = dir.path().join("ankh.toml");
+    let values = |greeting: &str| {
+        format!(
+            "[[values]]\nplugin = \"configprobe\"\nname = \"greeting\"\nvalue = \"{greeting}\"\n"
+        )
+    };
+    std::fs::write(&config, values("before")).unwrap();
+    let s = Options::default()
+        .plugin(plugins::CONFIGPROBE)
+        .file(
+            "configprobe.toml",
+            b"[[config]]\nname = \"greeting\"\ndefault = \"hello\"\n",
+        )
+        .flag("--config", config.display())
+        .flag("--kv", redis.url())
+        .flag("--processes", 3)
+        .flag("--workers", 2)
+        .start();
+    s.wait_for_log_count("joined the cluster", 3);
+    // Each on a connection of its own, which the kernel gives to any of the processes.
+    let greetings = || -> std::collections::BTreeSet<String> {
+        (0..60)
+            .map(|_| {
+                let r = s.request(
+                    b"GET /configprobe/get?name=greeting HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                );
+                assert_eq!(r.status, 200);
+                r.text()
+            })
+            .collect()
+    };
+    assert_eq!(greetings(), ["before".to_owned()].into());
+    // A SIGHUP with no file changed (the files are watched too): each child says it read
+    // its values again because of it.
+    s.signal("HUP");
+    s.wait_for_log_count("plugins' values read again (SIGHUP)", 3);
+    // A changed value then reaches every process (each reloads its plugins with it, as a
+    // new version, so the answers turn over as the reloads land).
+    std::fs::write(&config, values("after")).unwrap();
+    s.signal("HUP");
+    let started = Instant::now();
+    loop {
+        let seen = greetings();
+        if seen == ["after".to_owned()].into() {
+            break;
+        }
+        assert!(started.elapsed() < PATIENCE, "{seen:?}\n{}", s.log());
+    }
+    assert_eq!(children(&s).len(), 3, "{}", s.log());
+}
+
 // See: issue 19: `--processes` without a shared store is refused with the reason.
 #[test]
 fn processes_without_a_shared_store_are_refused() {
