@@ -85,6 +85,104 @@ fn build_shows_compile_errors_as_cargo_does() {
     assert!(err.contains("cargo build failed"), "{err}");
 }
 
+/// The README's plugin that reads a secret, calls a granted API with it and runs a job, and
+/// its policy: the first `rust` and `toml` blocks after the sentence that introduces them.
+fn secret_api_job_example() -> (String, String) {
+    let readme = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let readme = std::fs::read_to_string(readme).unwrap();
+    let section = &readme[readme
+        .find("A plugin that reads a secret, calls a granted API")
+        .unwrap()..];
+    let block = |fence: &str| {
+        let start = section.find(fence).unwrap() + fence.len();
+        section[start..start + section[start..].find("```").unwrap()].to_owned()
+    };
+    (block("```rust\n"), block("```toml\n"))
+}
+
+/// The README's secret, API and job example, built from the README itself as a user would,
+/// with its origin pointed at a local upstream: `ankh run` runs its job, which reads the
+/// secret from the environment and sends it to the granted origin; the job's store write is
+/// then what the plugin serves.
+#[test]
+fn the_readmes_secret_api_and_job_example_runs() {
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin = format!("http://{}", upstream.local_addr().unwrap());
+    let asked = std::thread::spawn(move || {
+        use std::io::{BufRead, Write};
+        let (conn, _) = upstream.accept().unwrap();
+        let mut r = std::io::BufReader::new(conn);
+        let mut head = Vec::new();
+        loop {
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            if line.trim_end().is_empty() {
+                break;
+            }
+            head.push(line.trim_end().to_ascii_lowercase());
+        }
+        let body = "EUR 1.08";
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        r.get_mut().write_all(answer.as_bytes()).unwrap();
+        head
+    });
+    let (code, policy) = secret_api_job_example();
+    let (code, policy) = (
+        code.replace("https://api.example.com", &origin),
+        policy.replace("https://api.example.com", &origin),
+    );
+    let src = TempDir::new("rates-src");
+    let out = TempDir::new("rates-out");
+    new_crate(src.path(), "rates", &code);
+    let built = Command::new(ankh_bin())
+        .arg("build")
+        .arg(src.path())
+        .arg("--out")
+        .arg(out.path())
+        .env("CARGO_TARGET_DIR", crate_target_dir())
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", stderr(&built));
+    std::fs::write(out.path().join("rates.toml"), &policy).unwrap();
+    let data = TempDir::new("rates-data");
+    let key = "k-7Wq2-from-the-environment";
+    let run = Command::new(ankh_bin())
+        .args(["run", "rates", "refresh", "--plugins"])
+        .arg(out.path())
+        .arg("--data-dir")
+        .arg(data.path())
+        .arg("--cache-dir")
+        .arg(crate::harness::test_cache_dir())
+        .env("ANKH_VAR_RATES__API_KEY", key)
+        .output()
+        .unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&run.stdout), stderr(&run));
+    assert!(run.status.success(), "{said}");
+    assert!(said.contains("rates refresh: ok"), "{said}");
+    assert!(!said.contains(key), "the secret reached the output: {said}");
+    let head = asked.join().unwrap();
+    assert!(
+        head.contains(&format!(
+            "authorization: bearer {}",
+            key.to_ascii_lowercase()
+        )),
+        "{head:?}"
+    );
+    // What the job stored is what the plugin serves.
+    let s = Options {
+        data_dir: Some(data.path().to_owned()),
+        ..Options::default()
+    }
+    .plugin(out.path().join("rates.wasm").to_str().unwrap())
+    .file("rates.toml", policy.as_bytes())
+    .env("ANKH_VAR_RATES__API_KEY", key)
+    .start();
+    assert_eq!(s.get("/rates"), (200, "EUR 1.08".to_owned()));
+}
+
 /// One target directory for every crate these tests build, kept between runs.
 fn crate_target_dir() -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
