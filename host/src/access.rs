@@ -192,7 +192,7 @@ impl Fields<'_> {
         self.request.push(out);
         if let Some(trace) = &a.trace {
             out.push_str(" trace=");
-            text::push_trace_id(out, trace.span.trace_id);
+            text::push_trace_id(out, trace.span.trace_id());
         }
         out.push('\n');
     }
@@ -223,7 +223,7 @@ impl Fields<'_> {
         let _ = write!(out, "\",\"request\":\"{}\"", self.request);
         if let Some(trace) = &a.trace {
             out.push_str(",\"trace\":\"");
-            text::push_trace_id(out, trace.span.trace_id);
+            text::push_trace_id(out, trace.span.trace_id());
             out.push('"');
         }
         let _ = writeln!(out, "}},\"target\":\"{TARGET}\"}}");

@@ -184,7 +184,11 @@ impl EventLoop {
     /// do (WASI's sockets and files need a reactor to register with).
     pub(crate) fn run(self) -> io::Result<Ended> {
         self.dispatcher.run_calls_here(self.shard, self.lanes.len());
-        wasmtime_wasi::runtime::with_ambient_tokio_runtime(move || self.serve())
+        wasmtime_wasi::runtime::with_ambient_tokio_runtime(move || {
+            let ended = self.serve();
+            crate::pool::inline::uninstall();
+            ended
+        })
     }
 
     /// How long the next `poll` may wait: not at all while calls of this loop are ready or

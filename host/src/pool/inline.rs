@@ -95,6 +95,14 @@ pub(super) fn install(parts: Arc<Parts>, shard: usize, budget: Option<Duration>)
     });
 }
 
+/// This loop is done: the calls it still holds (a stream cut at the drain's deadline) are
+/// dropped now, while the thread's other locals (the access line's buffer, the log's clock)
+/// are still there for what their ends write, rather than among the thread's locals at exit.
+pub(crate) fn uninstall() {
+    let inline = INLINE.with(|cell| cell.borrow_mut().take());
+    drop(inline);
+}
+
 /// Starts `job` on this thread if it is an event loop that runs calls and a permit is free;
 /// gives the job back otherwise.
 pub(super) fn try_start(job: Box<Job>) -> Result<(), Box<Job>> {

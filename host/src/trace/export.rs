@@ -303,7 +303,7 @@ const FLAG_IS_REMOTE: u32 = 0x200;
 
 /// One `Span` message's fields (see `opentelemetry/proto/trace/v1/trace.proto`).
 fn write_span(out: &mut Vec<u8>, address: &mut Option<(std::net::IpAddr, String)>, s: &Span) {
-    delimited(out, 1, &s.context.trace_id.to_be_bytes());
+    delimited(out, 1, &s.context.trace_id().to_be_bytes());
     delimited(out, 2, &s.context.span_id.to_be_bytes());
     if let Some(state) = s.tracestate.as_deref().filter(|t| !t.is_empty()) {
         delimited(out, 3, state.as_bytes());
@@ -497,11 +497,11 @@ mod tests {
 
     fn span(parent: Option<u64>, attributes: Vec<(&'static str, Attr)>) -> Span {
         Span {
-            context: super::super::SpanContext {
-                trace_id: 0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736,
-                span_id: 0x00f0_67aa_0ba9_02b7,
-                sampled: true,
-            },
+            context: super::super::SpanContext::new(
+                0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736,
+                0x00f0_67aa_0ba9_02b7,
+                true,
+            ),
             parent,
             remote_parent: parent.is_some(),
             tracestate: parent.map(|_| "congo=t61rcWkgMzE".into()),
@@ -581,7 +581,7 @@ mod tests {
                     ),
                     spans: vec![
                         otlp::Span {
-                            trace_id: spans[0].context.trace_id.to_be_bytes().to_vec(),
+                            trace_id: spans[0].context.trace_id().to_be_bytes().to_vec(),
                             span_id: spans[0].context.span_id.to_be_bytes().to_vec(),
                             trace_state: "congo=t61rcWkgMzE".into(),
                             parent_span_id: 0x1122_3344_5566_7788u64.to_be_bytes().to_vec(),
@@ -607,7 +607,7 @@ mod tests {
                             ..Default::default()
                         },
                         otlp::Span {
-                            trace_id: spans[1].context.trace_id.to_be_bytes().to_vec(),
+                            trace_id: spans[1].context.trace_id().to_be_bytes().to_vec(),
                             span_id: spans[1].context.span_id.to_be_bytes().to_vec(),
                             flags: 1,
                             name: "GET".into(),
