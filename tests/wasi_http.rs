@@ -458,9 +458,12 @@ fn grant(upstream: &Upstream) -> Vec<u8> {
 fn components_answer_as_they_do_under_wasmtime_serve() {
     let upstream = Upstream::start(Mode::Hello);
     let components = components();
+    // Up to four components of up to 19 MiB (Python, JavaScript) compiled before the server
+    // is ready: more than a minute, cold, on two cores with other tests beside it.
     let mut options = Options::default()
         .flag("--max-body-bytes", 32 * MIB)
-        .flag("--workers", 4);
+        .flag("--workers", 4)
+        .ready_within(crate::harness::BUILD_PATIENCE);
     for (name, path) in &components {
         options = options
             .plugin_as(name, path.to_str().unwrap())

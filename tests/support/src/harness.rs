@@ -169,6 +169,9 @@ pub struct Options {
     pub log_to_file: bool,
     /// How often the ready file is polled while the server starts (default: every 10 ms).
     pub ready_poll: Option<Duration>,
+    /// How long the server may take to become ready (default: [`PATIENCE`]); a server that
+    /// compiles large components cold needs more on two loaded cores.
+    pub ready_patience: Option<Duration>,
 }
 
 impl Options {
@@ -256,6 +259,12 @@ impl Options {
     /// start-up itself is timed).
     pub fn ready_poll(mut self, every: Duration) -> Self {
         self.ready_poll = Some(every);
+        self
+    }
+
+    /// Gives the server `patience` to become ready (see [`Options::ready_patience`]).
+    pub fn ready_within(mut self, patience: Duration) -> Self {
+        self.ready_patience = Some(patience);
         self
     }
 
@@ -403,7 +412,8 @@ impl TestServer {
         // Readiness: the ready file appears once the server accepts, or we give up after a
         // wall-clock timeout (acceptance 60).
         let poll = options.ready_poll.unwrap_or(Duration::from_millis(10));
-        server.addr = match wait_ready(&ready, &mut server.child, PATIENCE, poll) {
+        let patience = options.ready_patience.unwrap_or(PATIENCE);
+        server.addr = match wait_ready(&ready, &mut server.child, patience, poll) {
             Ok(addr) => addr,
             Err(why) => panic!("ankh did not become ready: {why}\n{}", server.log()),
         };
