@@ -697,7 +697,13 @@ fn three_processes_run_each_tick_once_even_when_one_is_killed() {
     for (due, n) in &ticks {
         assert_eq!(*n, 1, "tick {due} ran {n} times: {ticks:?}");
     }
-    assert_eq!(runs, ticks.len() as u64, "{ticks:?}");
+    // The job counts its run, then its tick: the process killed with -9 may have died
+    // between the two writes (CI saw it once), so one run may have no tick.
+    let recorded = ticks.len() as u64;
+    assert!(
+        runs == recorded || runs == recorded + 1,
+        "{runs} runs, {recorded} ticks: {ticks:?}"
+    );
     // Every tick from the first to the last ran, but for the one the killed process may
     // have claimed as it died, and two a loaded machine may have let pass unclaimed.
     let (first, last) = (ticks[0].0, ticks[ticks.len() - 1].0);
