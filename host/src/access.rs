@@ -143,7 +143,7 @@ impl Access {
             );
             return;
         };
-        let write = |line: &mut String| {
+        LINE.with_borrow_mut(|line| {
             line.clear();
             if sink.json {
                 fields.json(line);
@@ -151,12 +151,7 @@ impl Access {
                 fields.text(line);
             }
             (sink.write)(line.as_bytes());
-        };
-        // A call still running when the process exits (a stream cut at the drain's deadline)
-        // is dropped with its thread's locals, and logs its line then, after `LINE` is gone.
-        if LINE.try_with(|line| write(&mut line.borrow_mut())).is_err() {
-            write(&mut String::new());
-        }
+        });
     }
 }
 

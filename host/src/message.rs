@@ -150,8 +150,7 @@ pub struct Cancel(Arc<CancelInner>);
 
 #[derive(Debug, Default)]
 struct CancelInner {
-    fired: AtomicBool,
-    /// When it first fired.
+    /// When it first fired; unset until it does.
     fired_at: std::sync::OnceLock<std::time::Instant>,
     /// The call's response streams: its handler deadline is suspended, and its connection's
     /// stream limits bound it instead (see [`Cancel::set_streaming`]).
@@ -164,12 +163,11 @@ impl Cancel {
     /// Fires the signal: the call's current wait ends now, and so does every later one.
     pub fn cancel(&self) {
         self.0.fired_at.get_or_init(std::time::Instant::now);
-        self.0.fired.store(true, Ordering::Release);
         wake_parked(&self.0.waker);
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
-        self.0.fired.load(Ordering::Acquire)
+        self.0.fired_at.get().is_some()
     }
 
     /// When the signal first fired, if it has.
