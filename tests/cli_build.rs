@@ -48,14 +48,7 @@ fn build_then_serve_a_new_plugin() {
     let src = TempDir::new("build-src");
     let out = TempDir::new("build-out");
     new_crate(src.path(), "greeter", &ten_line_plugin());
-    let result = Command::new(ankh_bin())
-        .arg("build")
-        .arg(src.path())
-        .arg("--out")
-        .arg(out.path())
-        .env("CARGO_TARGET_DIR", crate_target_dir())
-        .output()
-        .unwrap();
+    let result = ankh_build(src.path(), out.path());
     assert!(result.status.success(), "{}", stderr(&result));
     let wasm = out.path().join("greeter.wasm");
     assert!(wasm.is_file());
@@ -137,14 +130,7 @@ fn the_readmes_secret_api_and_job_example_runs() {
     let src = TempDir::new("rates-src");
     let out = TempDir::new("rates-out");
     new_crate(src.path(), "rates", &code);
-    let built = Command::new(ankh_bin())
-        .arg("build")
-        .arg(src.path())
-        .arg("--out")
-        .arg(out.path())
-        .env("CARGO_TARGET_DIR", crate_target_dir())
-        .output()
-        .unwrap();
+    let built = ankh_build(src.path(), out.path());
     assert!(built.status.success(), "{}", stderr(&built));
     std::fs::write(out.path().join("rates.toml"), &policy).unwrap();
     let data = TempDir::new("rates-data");
@@ -183,6 +169,18 @@ fn the_readmes_secret_api_and_job_example_runs() {
     assert_eq!(s.get("/rates"), (200, "EUR 1.08".to_owned()));
 }
 
+/// `ankh build SRC --out OUT`, in the shared target directory.
+fn ankh_build(src: &std::path::Path, out: &std::path::Path) -> Output {
+    Command::new(ankh_bin())
+        .arg("build")
+        .arg(src)
+        .arg("--out")
+        .arg(out)
+        .env("CARGO_TARGET_DIR", crate_target_dir())
+        .output()
+        .unwrap()
+}
+
 /// One target directory for every crate these tests build, kept between runs.
 fn crate_target_dir() -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -216,14 +214,7 @@ fn new_then_build_then_serve_then_request() {
     );
     // It builds untouched, and serves.
     let built = TempDir::new("new-out");
-    let build = Command::new(ankh_bin())
-        .arg("build")
-        .arg(dir.path())
-        .arg("--out")
-        .arg(built.path())
-        .env("CARGO_TARGET_DIR", crate_target_dir())
-        .output()
-        .unwrap();
+    let build = ankh_build(dir.path(), built.path());
     assert!(build.status.success(), "{}", stderr(&build));
     let wasm = built.path().join("greeter.wasm");
     // Its job runs now with `ankh run`, under the policy `ankh new` wrote.

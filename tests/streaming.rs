@@ -44,6 +44,17 @@ fn read_chunk(r: &mut impl BufRead) -> Option<Vec<u8>> {
     Some(data)
 }
 
+/// A server with plugin `wasm` (served as `name`), granted outbound HTTP to `origin`.
+fn granted(wasm: &str, name: &str, origin: std::net::SocketAddr) -> TestServer {
+    Options::default()
+        .plugin(wasm)
+        .file(
+            &format!("{name}.toml"),
+            format!("[capabilities]\nhttp = [\"http://{origin}\"]\n").as_bytes(),
+        )
+        .start()
+}
+
 /// Answers the handler's call to `gate` (one request) with `body`, so that it goes on.
 fn open_gate(gate: &TcpListener, body: &str) {
     let (mut held, _) = gate.accept().unwrap();
@@ -62,13 +73,7 @@ fn open_gate(gate: &TcpListener, body: &str) {
 fn the_first_piece_arrives_before_the_handler_ends() {
     let gate = TcpListener::bind("127.0.0.1:0").unwrap();
     let gate_addr = gate.local_addr().unwrap();
-    let s = Options::default()
-        .plugin(plugins::HTTPECHO)
-        .file(
-            "httpecho.toml",
-            format!("[capabilities]\nhttp = [\"http://{gate_addr}\"]\n").as_bytes(),
-        )
-        .start();
+    let s = granted(plugins::HTTPECHO, "httpecho", gate_addr);
     let mut c = s.connect();
     c.write_all(
         format!("GET /httpecho/gated?gate={gate_addr} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
@@ -531,13 +536,7 @@ fn a_gibibyte_download_is_relayed_in_bounded_memory() {
 fn an_upload_streams_out_in_bounded_memory() {
     let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
     let origin = upstream.local_addr().unwrap();
-    let s = Options::default()
-        .plugin(plugins::HTTPECHO)
-        .file(
-            "httpecho.toml",
-            format!("[capabilities]\nhttp = [\"http://{origin}\"]\n").as_bytes(),
-        )
-        .start();
+    let s = granted(plugins::HTTPECHO, "httpecho", origin);
     let pid = s.pid();
     // The upstream: reads each POST's chunked body as it comes, checks it, and samples the
     // server's resident memory every 16 MiB; answers `got N`.
@@ -777,13 +776,7 @@ fn head_to_a_stream_gets_its_head_alone() {
 fn an_own_world_handler_sends_its_first_piece_before_it_ends() {
     let gate = TcpListener::bind("127.0.0.1:0").unwrap();
     let gate_addr = gate.local_addr().unwrap();
-    let s = Options::default()
-        .plugin(plugins::PROBE)
-        .file(
-            "probe.toml",
-            format!("[capabilities]\nhttp = [\"http://{gate_addr}\"]\n").as_bytes(),
-        )
-        .start();
+    let s = granted(plugins::PROBE, "probe", gate_addr);
     let mut c = s.connect();
     c.write_all(
         format!("GET /probe/stream?n=3&size=5&gate={gate_addr} HTTP/1.1\r\nHost: x\r\n\r\n")

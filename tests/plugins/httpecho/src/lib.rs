@@ -184,10 +184,14 @@ fn upload(authority: &str, mut bytes: u64) -> String {
         return format!("error finishing: {e:?}");
     }
     future.subscribe().block();
-    let response = match future.get() {
-        Some(Ok(Ok(response))) => response,
-        other => return format!("error {other:?}"),
-    };
+    match future.get() {
+        Some(Ok(Ok(response))) => status_and_body(response),
+        other => format!("error {other:?}"),
+    }
+}
+
+/// A response's status and body, as text.
+fn status_and_body(response: wasip2::http::types::IncomingResponse) -> String {
     let body = response.consume().expect("the body is consumed once");
     let stream = body.stream().expect("the stream is taken once");
     let mut text = Vec::new();
@@ -199,17 +203,10 @@ fn upload(authority: &str, mut bytes: u64) -> String {
 
 /// `GET http://AUTHORITY/`: its status and body as text, or the error.
 fn get(authority: &str) -> String {
-    let response = match fetch(authority) {
-        Ok(response) => response,
-        Err(e) => return e,
-    };
-    let body = response.consume().expect("the body is consumed once");
-    let stream = body.stream().expect("the stream is taken once");
-    let mut text = Vec::new();
-    while let Ok(chunk) = stream.blocking_read(64 * 1024) {
-        text.extend_from_slice(&chunk);
+    match fetch(authority) {
+        Ok(response) => status_and_body(response),
+        Err(e) => e,
     }
-    format!("{} {}", response.status(), String::from_utf8_lossy(&text))
 }
 
 impl wasip2::exports::http::incoming_handler::Guest for Echo {
