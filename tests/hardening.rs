@@ -375,6 +375,39 @@ fn a59_drain_finishes_in_flight_work_refuses_the_rest_and_exits_0() {
     );
 }
 
+/// A request on its way when the drain begins (in the kernel's buffers, its connection perhaps
+/// still in the listener's backlog) is served, not reset: the drain accepts the backlog and
+/// looks at every idle connection once more before it closes them.
+#[test]
+fn a59_requests_sent_just_before_the_drain_are_served_not_reset() {
+    let mut s = probe()
+        .flag("--workers", 2)
+        .flag("--drain-timeout-ms", 10_000)
+        .start();
+    // Stopped, so that the connections wait in the listener's backlog and their requests in
+    // the kernel's buffers, then asked to drain and let go.
+    s.signal("STOP");
+    let clients: Vec<TcpStream> = (0..32)
+        .map(|k| {
+            let mut c = s.connect();
+            write!(
+                c,
+                "GET /probe/status/200?body=c{k} HTTP/1.1\r\nHost: a\r\n\r\n"
+            )
+            .unwrap();
+            c
+        })
+        .collect();
+    s.signal("TERM");
+    s.signal("CONT");
+    for (k, c) in clients.into_iter().enumerate() {
+        let resp = read_response(&mut BufReader::new(c), false);
+        assert_eq!((resp.status, resp.text()), (200, format!("c{k}")));
+    }
+    let status = s.wait_exit();
+    assert!(status.success(), "{status}");
+}
+
 // See: issue 12, item 10.
 #[test]
 fn issue12_10_queued_requests_run_during_a_drain_and_only_what_cannot_start_gets_503() {

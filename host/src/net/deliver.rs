@@ -154,6 +154,13 @@ impl EventLoop {
     }
 
     /// The drain begins, for the connection in `slot`.
+    /// Before the drain: serve what an idle HTTP connection's client already sent.
+    pub(super) fn on_last_look(&mut self, slot: usize) {
+        if let Some(Conn::Http(_)) = self.conn(slot, None) {
+            self.drive_http(slot, None, |c, ctx| c.on_last_look(ctx));
+        }
+    }
+
     pub(super) fn on_drain(&mut self, slot: usize) {
         match self.conn(slot, None) {
             Some(Conn::Http(_)) => self.drive_http(slot, None, |c, ctx| c.on_drain(ctx)),

@@ -219,9 +219,13 @@ impl EventLoop {
                 _ => {}
             }
             if let Some(deadline) = self.drain_deadline {
-                if self.conns.is_empty() {
+                if self.conns.is_empty() && self.lanes.closed() {
+                    // Handed off before the listener closed: served like the rest, if they
+                    // sent a request.
                     self.admit_handed_off();
-                    return Ok(Ended::Drained);
+                    if self.conns.is_empty() {
+                        return Ok(Ended::Drained);
+                    }
                 }
                 if Instant::now() >= deadline {
                     // What never reached a worker gets its 503 now (written if the socket

@@ -384,6 +384,15 @@ impl<S: Transport> HttpConn<S> {
         self.advance(ctx)
     }
 
+    /// The server is about to drain: a request this idle connection's client already sent
+    /// (its readiness event not yet handled) is read and handed out like any other.
+    pub(crate) fn on_last_look(&mut self, ctx: &HttpCtx<'_>) -> Step {
+        if matches!(self.state, State::Head) {
+            self.input.look_again();
+        }
+        self.advance(ctx)
+    }
+
     /// The server started draining: an idle connection closes now, a busy one after its
     /// current exchange.
     pub(crate) fn on_drain(&mut self, ctx: &HttpCtx<'_>) -> Step {

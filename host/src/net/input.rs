@@ -82,6 +82,12 @@ impl Input {
         step
     }
 
+    /// The next read goes to the socket whether or not a readiness event said so: for a last
+    /// look at a connection whose event may not have been handled yet.
+    pub(crate) fn look_again(&mut self) {
+        self.readable = true;
+    }
+
     /// Frees a large buffer once it is empty.
     pub(crate) fn shrink(&mut self) {
         if self.buf.is_empty() && self.buf.capacity() > IDLE_CAPACITY_BYTES {

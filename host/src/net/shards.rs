@@ -58,6 +58,7 @@ pub(crate) fn build(
             .zip(&seats)
             .map(|((tx, _), seat)| (tx.clone(), seat.waker.clone()))
             .collect(),
+        closed: Default::default(),
     });
     let stop = StopHandle {
         command: Arc::new(AtomicU8::new(RUN)),

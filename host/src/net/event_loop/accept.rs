@@ -5,7 +5,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -31,11 +31,26 @@ pub(crate) struct Accepted {
 #[derive(Debug)]
 pub(crate) struct Lanes {
     pub(crate) lanes: Vec<(Sender<Accepted>, Arc<Waker>)>,
+    /// Loop 0 closed its listener: nothing more will be handed off. A draining loop with
+    /// nothing open waits for it, so that no connection is handed to a loop that has ended.
+    pub(crate) closed: AtomicBool,
 }
 
 impl Lanes {
     pub(crate) fn len(&self) -> usize {
         self.lanes.len()
+    }
+
+    /// Loop 0 has closed its listener: every loop is woken to see it.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        for (_, waker) in &self.lanes {
+            let _ = waker.wake();
+        }
+    }
+
+    pub(crate) fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Queues `accepted` for loop `lane` and wakes it. Should the loop be gone (the server is
@@ -117,20 +132,16 @@ impl EventLoop {
             .unwrap_or(self.shard)
     }
 
-    /// Connections loop 0 accepted for this loop. While draining they are closed, as the
-    /// listener's backlog is.
+    /// Connections loop 0 accepted for this loop. While draining, each is served the request
+    /// it already sent, if any, and closed otherwise, as an idle connection is.
     pub(super) fn admit_handed_off(&mut self) {
         while let Ok(Accepted { stream, peer }) = self.inbox.try_recv() {
-            if self.drain_deadline.is_some() {
-                drop(stream);
-                self.forget_connection();
-            } else {
-                self.admit(stream, peer);
-            }
+            self.admit(stream, peer);
         }
     }
 
-    /// Takes an accepted connection into this loop's table and poll.
+    /// Takes an accepted connection into this loop's table and poll (and, while draining,
+    /// gives it the drain's treatment at once).
     pub(super) fn admit(&mut self, stream: TcpStream, peer: std::net::SocketAddr) {
         let entry = self.conns.vacant_entry();
         let slot = entry.key();
@@ -151,6 +162,12 @@ impl EventLoop {
             return;
         }
         entry.insert(conn);
+        if let Some(deadline) = self.drain_deadline.take() {
+            // Accepted before the drain began: what it sent by then is served.
+            self.on_last_look(slot);
+            self.drain_deadline = Some(deadline);
+            self.on_drain(slot);
+        }
     }
 
     /// A connection of this loop is gone (or never arrived): the counts drop.

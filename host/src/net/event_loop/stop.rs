@@ -71,13 +71,24 @@ impl EventLoop {
     /// Stops accepting at once and closes idle connections; busy ones close after their
     /// in-flight response. Queued requests still run while the drain deadline allows: only
     /// those no worker has started by then get 503 (see [`EventLoop::refuse_unstarted`]).
+    ///
+    /// A request a client sent before the drain began is served, not reset: the listener's
+    /// backlog is accepted before it closes, and an idle connection is read once more before
+    /// it is closed (its readiness event may not have been handled yet).
     pub(super) fn begin_drain(&mut self) {
+        if self.listener.is_some() {
+            self.accept();
+        }
+        for slot in self.slots() {
+            self.on_last_look(slot);
+        }
         self.drain_deadline = Some(Instant::now() + self.limits.drain_timeout);
         if let Some(mut listener) = self.listener.take() {
             let _ = self.poll.registry().deregister(&mut listener);
             // Closed before it is said, so that a client that reads the line finds the port
             // closed.
             drop(listener);
+            self.lanes.close();
             // The loop that accepted says it once, for all of them.
             tracing::info!(
                 connections = self.metrics.connections_open.load(Ordering::Relaxed),
