@@ -73,6 +73,14 @@ impl<S: Transport> Conn<S> {
         }
     }
 
+    /// When its deadlines next need a look.
+    pub(crate) fn next_check(&self, limits: &crate::limits::Limits) -> super::timers::Check {
+        match self {
+            Conn::Http(c) => c.next_check(limits),
+            Conn::WebSocket(c) => c.next_check(),
+        }
+    }
+
     /// The WebSocket id, once upgraded.
     pub(crate) fn ws_id(&self) -> Option<crate::message::WsId> {
         match self {

@@ -118,13 +118,17 @@ impl EventLoop {
     }
 
     /// Counts the bytes the connection moved, and closes it if the event says so.
-    fn settle(&mut self, slot: usize, liveness: Liveness) {
+    pub(super) fn settle(&mut self, slot: usize, liveness: Liveness) {
         if let Some(conn) = self.conns.get_mut(slot) {
             let (bytes_in, bytes_out) = conn.take_bytes();
             self.metrics.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
             self.metrics
                 .bytes_out
                 .fetch_add(bytes_out, Ordering::Relaxed);
+            if liveness == Liveness::Open {
+                let check = conn.next_check(&self.limits);
+                self.timers.schedule(slot, conn.id().serial, check);
+            }
         }
         if liveness == Liveness::Closed {
             self.close(slot);
@@ -144,16 +148,15 @@ impl EventLoop {
         }
     }
 
-    /// The timer sweep, for the connection in `slot`.
-    pub(super) fn on_timer(&mut self, slot: usize, now: Instant) {
-        match self.conn(slot, None) {
+    /// Its time came, for the connection in `slot` (the one with `serial`).
+    pub(super) fn on_timer(&mut self, slot: usize, serial: u64, now: Instant) {
+        match self.conn(slot, None).filter(|c| c.id().serial == serial) {
             Some(Conn::Http(_)) => self.drive_http(slot, None, |c, ctx| c.on_timer(now, ctx)),
             Some(Conn::WebSocket(_)) => self.drive_ws(slot, None, |c, ctx| c.on_timer(now, ctx)),
             None => {}
         }
     }
 
-    /// The drain begins, for the connection in `slot`.
     /// Before the drain: serve what an idle HTTP connection's client already sent.
     pub(super) fn on_last_look(&mut self, slot: usize) {
         if let Some(Conn::Http(_)) = self.conn(slot, None) {
@@ -161,6 +164,7 @@ impl EventLoop {
         }
     }
 
+    /// The drain begins, for the connection in `slot`.
     pub(super) fn on_drain(&mut self, slot: usize) {
         match self.conn(slot, None) {
             Some(Conn::Http(_)) => self.drive_http(slot, None, |c, ctx| c.on_drain(ctx)),

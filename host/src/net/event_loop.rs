@@ -11,9 +11,10 @@
 //! (a `timerfd`, see `alarm.rs`) wakes the loop at its calls' earliest deadline, to the
 //! nanosecond.
 //!
-//! Besides readiness, the loop runs a timer sweep (every `TIMER_PERIOD`, 100 ms) that enforces
-//! each connection's deadlines, retries `accept` after the process ran out of file
-//! descriptors, and ends a graceful drain.
+//! Besides readiness, the loop ticks every `TIMER_PERIOD` (100 ms): it enforces the deadlines
+//! of the connections whose time came (a timing wheel, see [`super::timers`]: an idle
+//! connection is not visited until its deadline), retries `accept` after the process ran out
+//! of file descriptors, and ends a graceful drain.
 
 use std::io;
 use std::sync::Arc;
@@ -101,6 +102,10 @@ pub(crate) struct EventLoop {
     accept_retry_at: Option<Instant>,
     /// `accept` is failing (out of descriptors); logged once per episode.
     accept_failing: bool,
+    /// When each connection's deadlines are next looked at.
+    pub(super) timers: super::timers::Wheel,
+    /// The connections whose time came at this tick (kept to reuse its allocation).
+    due: Vec<(usize, u64)>,
 }
 
 /// What the loop shares with the rest of the server.
@@ -176,6 +181,8 @@ impl EventLoop {
             drain_deadline: None,
             accept_retry_at: None,
             accept_failing: false,
+            timers: super::timers::Wheel::new(Instant::now(), TIMER_PERIOD),
+            due: Vec::new(),
         })
     }
 
@@ -301,9 +308,12 @@ impl EventLoop {
             self.accept_retry_at = None;
             self.accept();
         }
-        for slot in self.slots() {
-            self.on_timer(slot, now);
+        let mut due = std::mem::take(&mut self.due);
+        self.timers.advance(now, &mut due);
+        for (slot, serial) in due.drain(..) {
+            self.on_timer(slot, serial, now);
         }
+        self.due = due;
     }
 
     /// The slots in use now (a snapshot, so connections can close while iterating).
@@ -313,6 +323,7 @@ impl EventLoop {
 
     pub(super) fn close(&mut self, slot: usize) {
         let mut conn = self.conns.remove(slot);
+        self.timers.forget(slot);
         conn.abandon();
         self.forget_connection();
         if let Some(ws) = conn.ws_id() {

@@ -24,6 +24,7 @@ pub(crate) mod input;
 pub(crate) mod io;
 pub(crate) mod outbuf;
 pub(crate) mod shards;
+pub(crate) mod timers;
 pub mod ws;
 pub(crate) mod ws_conn;
 

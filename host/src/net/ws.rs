@@ -18,6 +18,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::timers::Check;
 use crate::limits::{Limits, WS_CLOSE_TIMEOUT, WS_MAX_QUEUED_EVENTS};
 use crate::message::{Compressed, DeflateWindow, Outbound, WsEvent, WsId};
 use crate::proto::frame::{self, Event, FrameReader, Violation, close_code, opcode};
@@ -341,6 +342,18 @@ impl WsConn {
                 _ => false,
             },
             _ => false,
+        }
+    }
+
+    /// When [`WsConn::on_timer`] next has something to do, at the latest.
+    pub(crate) fn next_check(&self) -> Check {
+        match self.phase {
+            Phase::CloseSent { at } => Check::after(at, WS_CLOSE_TIMEOUT),
+            Phase::Open => match self.ping_sent {
+                Some(t) => Check::after(t, self.pong_timeout),
+                None => Check::after(self.last_heard, self.ping_interval),
+            },
+            Phase::CloseDue { .. } | Phase::Ended => Check::Never,
         }
     }
 

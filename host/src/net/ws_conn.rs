@@ -10,6 +10,7 @@ use super::http::Upgraded;
 use super::input::Input;
 use super::io::Step as Io;
 use super::outbuf::OutBuf;
+use super::timers::Check;
 use super::ws::WsConn;
 use crate::hub::Hub;
 use crate::limits::Limits;
@@ -166,6 +167,15 @@ impl<S: Transport> WsConnection<S> {
             return self.advance(ctx);
         }
         Liveness::Open
+    }
+
+    /// When [`WsConnection::on_timer`] next has something to do, at the latest.
+    pub(crate) fn next_check(&self) -> Check {
+        if self.out.pending() || self.ws.event_waiting() {
+            // The send timeout, or a retry for the event queue: looked at every tick.
+            return Check::Soon;
+        }
+        self.ws.next_check()
     }
 
     /// Writes, reads frames, hands out events, until blocked.

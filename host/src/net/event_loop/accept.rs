@@ -162,6 +162,7 @@ impl EventLoop {
             return;
         }
         entry.insert(conn);
+        self.settle(slot, crate::net::conn::Liveness::Open);
         if let Some(deadline) = self.drain_deadline.take() {
             // Accepted before the drain began: what it sent by then is served.
             self.on_last_look(slot);

@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use super::{HttpConn, HttpCtx, State, Step, Transport};
-use crate::limits::{LINGER_IDLE_TIMEOUT, LINGER_TIMEOUT};
+use crate::limits::{LINGER_IDLE_TIMEOUT, LINGER_TIMEOUT, Limits};
+use crate::net::timers::Check;
 use crate::net::conn::Liveness;
 use crate::proto::ProtoError;
 
@@ -119,6 +120,26 @@ impl<S: Transport> HttpConn<S> {
             State::Waiting | State::Closing => {}
         }
         self.stay()
+    }
+
+    /// When [`HttpConn::on_timer`] next has something to do, at the latest. What is sampled
+    /// (a send's, a body's or a stream's progress) is looked at every tick, as before; an idle
+    /// connection or a head in progress only at its deadline; a request with a worker never
+    /// (the call has deadlines of its own).
+    pub(crate) fn next_check(&self, limits: &Limits) -> Check {
+        if self.out.pending() || self.feed.is_some() {
+            return Check::Soon;
+        }
+        match self.state {
+            State::Head if self.input.buf.is_empty() => self
+                .idle_since
+                .map_or(Check::Never, |t| Check::after(t, limits.idle_timeout)),
+            State::Head => self
+                .request_since
+                .map_or(Check::Soon, |t| Check::after(t, limits.head_timeout)),
+            State::Body { .. } | State::Streaming { .. } | State::Lingering { .. } => Check::Soon,
+            State::Waiting | State::Closing => Check::Never,
+        }
     }
 
     /// Starts and stops the idle and request clocks as the state changes; the clock is read
