@@ -51,8 +51,18 @@ pub(crate) struct Wheel {
     /// The last tick whose bucket was visited.
     now: u64,
     buckets: Vec<Vec<Entry>>,
-    /// Per slot: the serial and tick of its earliest entry (tick 0: none).
-    scheduled: Vec<(u64, u64)>,
+    /// Per slot: its earliest entry.
+    scheduled: Vec<Scheduled>,
+}
+
+/// A slot's earliest entry (tick 0: none).
+#[derive(Debug, Clone, Copy)]
+struct Scheduled {
+    serial: u64,
+    tick: u64,
+    /// Any instant after this one falls on `tick` or later: a connection that asks for one
+    /// (an idle connection after every exchange) is answered by one comparison.
+    covers_after: Instant,
 }
 
 impl Wheel {
@@ -78,26 +88,37 @@ impl Wheel {
     /// The connection in `slot` (with `serial`) needs a check: an entry is added only if it
     /// comes before the one the slot has.
     pub(crate) fn schedule(&mut self, slot: usize, serial: u64, check: Check) {
+        if slot >= self.scheduled.len() {
+            let none = Scheduled {
+                serial: 0,
+                tick: 0,
+                covers_after: self.origin,
+            };
+            self.scheduled.resize(slot + 1, none);
+        }
+        let was = self.scheduled[slot];
+        let standing = was.serial == serial && was.tick != 0;
         let tick = match check {
             Check::Never => return,
             Check::Soon => self.now + 1,
+            Check::At(at) if standing && at > was.covers_after => return,
             Check::At(at) => self.tick_of(at),
         };
-        if slot >= self.scheduled.len() {
-            self.scheduled.resize(slot + 1, (0, 0));
-        }
-        let (was_serial, was_tick) = self.scheduled[slot];
-        if was_serial == serial && was_tick != 0 && was_tick <= tick {
+        if standing && was.tick <= tick {
             return;
         }
-        self.scheduled[slot] = (serial, tick);
+        self.scheduled[slot] = Scheduled {
+            serial,
+            tick,
+            covers_after: self.origin + Duration::from_nanos((tick - 1) * self.period_ns),
+        };
         self.buckets[(tick % BUCKETS as u64) as usize].push(Entry { slot, serial, tick });
     }
 
     /// The connection in `slot` has gone: its entries will be dropped.
     pub(crate) fn forget(&mut self, slot: usize) {
         if let Some(s) = self.scheduled.get_mut(slot) {
-            *s = (0, 0);
+            s.tick = 0;
         }
     }
 
@@ -117,8 +138,10 @@ impl Wheel {
                 if e.tick > target {
                     return true;
                 }
-                if scheduled.get(e.slot) == Some(&(e.serial, e.tick)) {
-                    scheduled[e.slot] = (0, 0);
+                if let Some(s) = scheduled.get_mut(e.slot)
+                    && (s.serial, s.tick) == (e.serial, e.tick)
+                {
+                    s.tick = 0;
                     due.push((e.slot, e.serial));
                 }
                 false
@@ -191,6 +214,20 @@ mod tests {
         // The 60 s entry is stale: dropped when its bucket comes, never reported.
         assert!(due(&mut w, t0 + Duration::from_secs(61)).is_empty());
         assert_eq!(w.len(), 0);
+    }
+
+    #[test]
+    fn an_instant_on_the_tick_before_is_not_taken_for_a_later_one() {
+        let t0 = Instant::now();
+        let mut w = Wheel::new(t0, P);
+        w.schedule(2, 1, Check::At(t0 + Duration::from_millis(1000)));
+        // Within the same tick: nothing added.
+        w.schedule(2, 1, Check::At(t0 + Duration::from_millis(901)));
+        assert_eq!(w.len(), 1);
+        // On the tick before: an earlier entry.
+        w.schedule(2, 1, Check::At(t0 + Duration::from_millis(900)));
+        assert_eq!(w.len(), 2);
+        assert_eq!(due(&mut w, t0 + Duration::from_millis(900)), vec![(2, 1)]);
     }
 
     #[test]
