@@ -94,6 +94,23 @@ fn a62_a_runaway_loop_is_stopped_at_its_deadline() {
     assert_eq!(s.get("/hello").0, 200);
 }
 
+/// The epoch ticker rests on an idle server; a runaway loop that starts then is stopped at
+/// its deadline all the same (the call's start wakes the ticker).
+#[test]
+fn a62_a_runaway_loop_is_stopped_after_the_server_was_idle() {
+    let s = Options::default()
+        .plugin(plugins::SPIN)
+        .arg("--cpu-deadline-ms")
+        .arg("300")
+        .rust_log(Some("info,ankh::runtime::engine::ticker=debug"))
+        .start();
+    s.wait_for_log("epoch ticker: no guest ran for");
+    let resp = s.request(b"GET /spin/loop HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(resp.status, 504);
+    assert!(resp.text().contains("CPU deadline"), "{}", resp.text());
+    assert_eq!(s.get("/spin/ok").1, "ok 1");
+}
+
 #[test]
 fn a63_a_memory_bomb_is_stopped_at_its_cap() {
     let s = one_worker(&["--memory-limit-mib", "32"]);

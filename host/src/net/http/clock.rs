@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use super::{HttpConn, HttpCtx, State, Step, Transport};
 use crate::limits::{LINGER_IDLE_TIMEOUT, LINGER_TIMEOUT, Limits};
-use crate::net::timers::Check;
 use crate::net::conn::Liveness;
+use crate::net::timers::Check;
 use crate::proto::ProtoError;
 
 impl<S: Transport> HttpConn<S> {

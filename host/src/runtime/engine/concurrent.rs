@@ -69,7 +69,7 @@ pub(crate) struct Concurrent {
     pub linker: Linker<HostState>,
     /// Where the instances' event loops run.
     pub tokio: tokio::runtime::Runtime,
-    _ticker: super::EpochTicker,
+    pub(crate) ticker: super::ticker::EpochTicker,
 }
 
 impl std::fmt::Debug for Concurrent {
@@ -101,13 +101,13 @@ impl Concurrent {
             .enable_all()
             .build()
             .context("cannot start the threads of WASI 0.3 components")?;
-        let ticker = super::EpochTicker::start(engine.clone(), crate::limits::EPOCH_TICK)
+        let ticker = super::ticker::EpochTicker::start(engine.clone(), crate::limits::EPOCH_TICK)
             .context("cannot start the epoch ticker thread of WASI 0.3 components")?;
         Ok(Concurrent {
             engine,
             linker,
             tokio,
-            _ticker: ticker,
+            ticker,
         })
     }
 }

@@ -15,14 +15,12 @@ pub mod policy;
 pub(crate) mod proxy;
 pub mod registry;
 pub mod schedules;
+pub(crate) mod ticker;
 pub mod values;
 pub(crate) mod wasi;
 pub(crate) mod world;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{
@@ -87,7 +85,7 @@ pub struct Runtime {
     /// The engine of WASI 0.3 components, made when the first one loads (or why it could
     /// not be).
     concurrent: std::sync::OnceLock<Result<concurrent::Concurrent, String>>,
-    _ticker: EpochTicker,
+    pub(crate) ticker: ticker::EpochTicker,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -198,7 +196,7 @@ impl Runtime {
         crate::runtime::host::legacy::add_to_linker(&mut linker)?;
         crate::runtime::host::kv::add_to_linker(&mut linker)?;
         add_config_to_linker(&mut linker)?;
-        let ticker = EpochTicker::start(engine.clone(), EPOCH_TICK)
+        let ticker = ticker::EpochTicker::start(engine.clone(), EPOCH_TICK)
             .context("cannot start the epoch ticker thread")?;
         Ok(Arc::new(Runtime {
             engine,
@@ -211,7 +209,7 @@ impl Runtime {
                 INSTANCES_IDLE_TOTAL,
             )),
             concurrent: std::sync::OnceLock::new(),
-            _ticker: ticker,
+            ticker,
         }))
     }
 }
@@ -273,40 +271,6 @@ fn engine_config(
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     c
-}
-
-/// Advances the engine's epoch every `period` until dropped.
-struct EpochTicker {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl EpochTicker {
-    fn start(engine: Engine, period: Duration) -> std::io::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("ankh-epoch".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(period);
-                    engine.increment_epoch();
-                }
-            })?;
-        Ok(EpochTicker {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for EpochTicker {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 /// `wasi:config/store`: each store reads its own plugin's values (see [`values`]).

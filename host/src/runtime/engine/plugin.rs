@@ -85,6 +85,8 @@ fn p3_refused(path: &Path, why: &str) -> LoadError {
 /// limits and its namespaces.
 struct StoreKit {
     engine: wasmtime::Engine,
+    /// Its engine's epoch ticker, told when a guest runs.
+    ticks: Arc<crate::runtime::engine::ticker::Ticks>,
     /// Whether it is a WASI 0.3 component (whose stores have their own epoch callback).
     p3: bool,
     name: Arc<str>,
@@ -120,6 +122,7 @@ impl StoreKit {
             },
         );
         state.config = self.values.clone();
+        state.budget.ticks = Some(self.ticks.clone());
         let mut store = Store::new(&self.engine, state);
         if self.p3 {
             concurrent::configure_store(&mut store);
@@ -232,7 +235,7 @@ impl Plugin {
         // A WASI 0.3 component goes to the engine with concurrency support; everything else
         // to the first one. The export's name is in the binary, so this costs no compile.
         let p3 = mentions(&bytes, P3_HANDLER);
-        let (engine, linker) = if p3 {
+        let (engine, linker, ticks) = if p3 {
             if !runtime.config.wasi_p3 {
                 return Err(p3_refused(
                     path,
@@ -240,9 +243,13 @@ impl Plugin {
                 ));
             }
             let concurrent = runtime.concurrent().map_err(|why| p3_refused(path, why))?;
-            (&concurrent.engine, &concurrent.linker)
+            (
+                &concurrent.engine,
+                &concurrent.linker,
+                concurrent.ticker.ticks(),
+            )
         } else {
-            (&runtime.engine, &runtime.linker)
+            (&runtime.engine, &runtime.linker, runtime.ticker.ticks())
         };
         let (component, cached) = {
             let before = runtime.cache_counts();
@@ -328,6 +335,7 @@ impl Plugin {
         let kv = runtime.config.store.namespace(&name, limits.kv);
         let kit = Arc::new(StoreKit {
             engine: engine.clone(),
+            ticks,
             p3: matches!(pre, Pre::Service(..)),
             name: name.clone(),
             log_budget: crate::runtime::host::stdio::LogBudget::new(

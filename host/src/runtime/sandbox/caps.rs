@@ -90,6 +90,9 @@ pub(crate) struct CpuBudget {
     /// The thread's CPU clock at the previous tick of this call.
     last: Option<Duration>,
     pub exceeded: bool,
+    /// The engine's epoch ticker, told whenever this store's guest runs (it rests while
+    /// none does): set by the plugin's store kit.
+    pub(crate) ticks: Option<std::sync::Arc<crate::runtime::engine::ticker::Ticks>>,
 }
 
 impl CpuBudget {
@@ -99,11 +102,21 @@ impl CpuBudget {
             used: Duration::ZERO,
             last: None,
             exceeded: false,
+            ticks: None,
+        }
+    }
+
+    /// The guest runs, or is about to: its engine's epoch must tick.
+    #[inline]
+    fn running(&self) {
+        if let Some(ticks) = &self.ticks {
+            ticks.want();
         }
     }
 
     /// Starts a new call with a full budget. Costs no system call.
     pub(crate) fn reset(&mut self) {
+        self.running();
         self.used = Duration::ZERO;
         self.last = None;
         self.exceeded = false;
@@ -112,6 +125,7 @@ impl CpuBudget {
     /// The call resumes after a wait in which the worker may have run other calls: their CPU
     /// time is not this call's. The next tick charges from now.
     pub(crate) fn resumed(&mut self) {
+        self.running();
         if self.last.is_some() {
             self.last = Some(ThreadTime::now().as_duration());
         }
@@ -126,6 +140,7 @@ impl CpuBudget {
     /// Called on an epoch tick while the guest runs; returns false once the budget is spent.
     /// The CPU used before the first tick of a call is counted as one whole tick.
     pub(crate) fn tick(&mut self, tick: Duration) -> bool {
+        self.running();
         let now = ThreadTime::now().as_duration();
         self.used += match self.last {
             Some(last) => now.saturating_sub(last),
