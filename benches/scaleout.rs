@@ -170,6 +170,34 @@ fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// CPU ticks of the threads of `pids`, summed by thread name.
+fn thread_ticks(pids: &[u32]) -> std::collections::HashMap<String, u64> {
+    let mut by_name = std::collections::HashMap::new();
+    for pid in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let path = task.path();
+            let (Ok(name), Ok(stat)) = (
+                std::fs::read_to_string(path.join("comm")),
+                std::fs::read_to_string(path.join("stat")),
+            ) else {
+                continue;
+            };
+            // Fields after the parenthesised name; utime and stime are the 12th and 13th.
+            let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) else {
+                continue;
+            };
+            let fields: Vec<&str> = rest.split(' ').collect();
+            let field = |k: usize| fields.get(k).and_then(|f| f.parse::<u64>().ok());
+            let ticks = field(11).unwrap_or(0) + field(12).unwrap_or(0);
+            *by_name.entry(name.trim().to_owned()).or_insert(0) += ticks;
+        }
+    }
+    by_name
+}
+
 /// Part 1: 100,000 idle WebSockets over six processes, and one publish to all of them.
 fn hundred_thousand(plugin: &std::path::Path) {
     let total = connections();
@@ -230,11 +258,22 @@ fn hundred_thousand(plugin: &std::path::Path) {
     let after = rss(&pids);
     let per_conn = after.saturating_sub(before) as f64 * 1024.0 / total as f64;
     let ticks_before: u64 = pids.iter().map(|p| cpu_ticks(*p).unwrap_or(0)).sum();
-    let idle = Duration::from_secs(5);
+    let threads_before = thread_ticks(&pids);
+    // Long enough for the 1/100 s clock ticks to resolve a fraction of a percent.
+    let idle = Duration::from_secs(20);
     std::thread::sleep(idle);
     let ticks: u64 = pids.iter().map(|p| cpu_ticks(*p).unwrap_or(0)).sum::<u64>() - ticks_before;
     // Clock ticks are 1/100 s on Linux.
     let idle_cpu = ticks as f64 / 100.0 / idle.as_secs_f64() * 100.0;
+    let mut idle_threads: Vec<(String, u64)> = thread_ticks(&pids)
+        .into_iter()
+        .map(|(name, t)| {
+            let was = threads_before.get(&name).copied().unwrap_or(0);
+            (name, t.saturating_sub(was))
+        })
+        .filter(|(_, t)| *t > 0)
+        .collect();
+    idle_threads.sort_by_key(|(_, t)| std::cmp::Reverse(*t));
 
     // Publishes, one after another; every client must get each.
     let mut rounds = Vec::new();
@@ -278,7 +317,15 @@ fn hundred_thousand(plugin: &std::path::Path) {
         "| RSS per idle WebSocket | {per_conn:.0} bytes ({:.1} KiB) |",
         per_conn / 1024.0
     );
-    println!("| CPU while idle (all processes, 5 s) | {idle_cpu:.1}% of one core |");
+    println!(
+        "| CPU while idle (all processes, {} s) | {idle_cpu:.1}% of one core ({}) |",
+        idle.as_secs(),
+        idle_threads
+            .iter()
+            .map(|(name, t)| format!("{name}: {t} ticks"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     println!(
         "| publishes: clients that got each | {} (of {total}) |",
         rounds

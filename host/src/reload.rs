@@ -92,7 +92,13 @@ struct State {
 impl State {
     fn run(&mut self, rx: &mpsc::Receiver<notify::Result<notify::Event>>) {
         loop {
-            match rx.recv_timeout(DEBOUNCE / 2) {
+            // With nothing settling, the watcher sleeps until the next event.
+            let next = if self.pending.is_empty() {
+                rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+            } else {
+                rx.recv_timeout(DEBOUNCE / 2)
+            };
+            match next {
                 // Opening or reading a file (the loader does both) changes nothing. Not a
                 // `continue`: a steady stream of reads must not hold back `settle` below.
                 Ok(Ok(event)) if matches!(event.kind, EventKind::Access(_)) => {

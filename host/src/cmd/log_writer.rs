@@ -15,7 +15,7 @@
 //! meanwhile sleep on it, which cost a tenth of hello world's throughput with two event loops.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tracing_subscriber::fmt::MakeWriter;
@@ -23,7 +23,7 @@ use tracing_subscriber::fmt::MakeWriter;
 /// Batched access lines are written once this many bytes wait...
 const FLUSH_BYTES: usize = 32 * 1024;
 
-/// ...or this long after the flusher last looked, whichever comes first.
+/// ...or this long after the first of them, whichever comes first.
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
 /// The target whose lines are batched.
@@ -38,6 +38,9 @@ pub(crate) struct LogWriter {
     output: Arc<Mutex<Vec<u8>>>,
     /// Access lines wait in `pending` (a flusher thread runs).
     batch: bool,
+    /// Rung when a line lands in an empty `pending`: the flusher sleeps on it while there is
+    /// nothing to write (an idle server's log thread never wakes).
+    arrived: Arc<Condvar>,
 }
 
 impl LogWriter {
@@ -46,8 +49,9 @@ impl LogWriter {
         LogWriter::default()
     }
 
-    /// A writer that batches access lines, with a thread that writes them out every
-    /// [`FLUSH_EVERY`]. Without that thread, every line is written at once.
+    /// A writer that batches access lines, with a thread that writes them out
+    /// [`FLUSH_EVERY`] after the first of a batch arrived. Without that thread, every line is
+    /// written at once.
     pub(crate) fn batching() -> LogWriter {
         let writer = LogWriter {
             batch: true,
@@ -58,6 +62,12 @@ impl LogWriter {
             .name("ankh-log".into())
             .spawn(move || {
                 loop {
+                    let pending = flusher.lock();
+                    let pending = flusher
+                        .arrived
+                        .wait_while(pending, |p| p.is_empty())
+                        .unwrap_or_else(PoisonError::into_inner);
+                    drop(pending);
                     std::thread::sleep(FLUSH_EVERY);
                     flusher.flush();
                 }
@@ -114,9 +124,12 @@ pub(crate) struct Line<'a> {
 impl Write for Line<'_> {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         let mut pending = self.writer.lock();
+        let first = pending.is_empty();
         pending.extend_from_slice(data);
         if !self.batched || pending.len() >= FLUSH_BYTES {
             self.writer.write_out(pending);
+        } else if first {
+            self.writer.arrived.notify_one();
         }
         Ok(data.len())
     }
