@@ -298,15 +298,20 @@ fn a_streamed_body_leaves_as_it_is_written() {
 // Hostile 0.3 guests (`p3hostile`): what the component model's streams, futures and tasks
 // let a guest ask the host to hold, each held by a named limit.
 
-/// A server for `p3hostile` with short stream and handler limits and the admin endpoint.
-fn hostile() -> TestServer {
+/// A server for `p3hostile` with the admin endpoint and room for large bodies.
+fn hostile_options() -> Options {
     Options::default()
         .plugin(plugins::P3HOSTILE)
-        .flag("--stream-idle-timeout-ms", 500)
-        .flag("--handler-timeout-ms", 1000)
         .flag("--max-body-bytes", 128 * MIB)
         .arg("--admin")
         .arg("127.0.0.1:0")
+}
+
+/// The same, with short stream and handler limits.
+fn hostile() -> TestServer {
+    hostile_options()
+        .flag("--stream-idle-timeout-ms", 500)
+        .flag("--handler-timeout-ms", 1000)
         .start()
 }
 
@@ -412,13 +417,9 @@ fn a_huge_read_or_write_is_moved_in_bounded_pieces() {
     // Generous time limits, not `hostile`'s second: what is measured is memory, and on a
     // loaded machine (a debug build, CI with other tests beside it) the 48 MiB write ran
     // past a second of the instance's CPU deadline, and was interrupted.
-    let s = Options::default()
-        .plugin(plugins::P3HOSTILE)
+    let s = hostile_options()
         .flag("--handler-timeout-ms", 30_000)
         .flag("--cpu-deadline-ms", 30_000)
-        .flag("--max-body-bytes", 128 * MIB)
-        .arg("--admin")
-        .arg("127.0.0.1:0")
         .start();
     // A 48 MiB write to a client that reads nothing yet.
     let before = s.rss_kib();

@@ -157,10 +157,13 @@ impl EventLoop {
         }
     }
 
-    /// Before the drain: serve what an idle HTTP connection's client already sent.
+    /// Serves what an idle HTTP connection's client sent before the drain began, as it
+    /// would have been served before it (not refused as arriving during the drain).
     pub(super) fn on_last_look(&mut self, slot: usize) {
         if let Some(Conn::Http(_)) = self.conn(slot, None) {
+            let deadline = self.drain_deadline.take();
             self.drive_http(slot, None, |c, ctx| c.on_last_look(ctx));
+            self.drain_deadline = deadline;
         }
     }
 

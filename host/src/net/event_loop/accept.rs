@@ -163,10 +163,9 @@ impl EventLoop {
         }
         entry.insert(conn);
         self.settle(slot, crate::net::conn::Liveness::Open);
-        if let Some(deadline) = self.drain_deadline.take() {
+        if self.drain_deadline.is_some() {
             // Accepted before the drain began: what it sent by then is served.
             self.on_last_look(slot);
-            self.drain_deadline = Some(deadline);
             self.on_drain(slot);
         }
     }
