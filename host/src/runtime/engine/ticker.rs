@@ -2,19 +2,19 @@
 //! running guest reaches its epoch callback (CPU accounting, the CPU and wall-clock deadlines,
 //! yielding to other calls).
 //!
-//! Why a resting ticker cannot leave a guest unchecked: every store's epoch deadline is set
-//! one tick ahead, and only where ticks are also wanted (a call's start, a resumption, the
-//! callback itself). The ticker rests only after [`QUIET_TICKS_BEFORE_REST`] ticks with no
-//! want, so by then every deadline has passed: any guest that runs again (a WASI 0.3 guest
-//! resuming inside wasmtime's event loop included) reaches its callback at once, which wakes
-//! the ticker.
-//!
 //! Only a guest that runs needs ticks. A ticker that saw no guest run for
 //! [`QUIET_TICKS_BEFORE_REST`] ticks rests (parks) until a call starts or resumes, so an idle
 //! server wakes for nothing (it used to wake a hundred times a second, per engine: most of
 //! what an idle process cost). Every call's start ([`Ticks::want`] in the CPU budget's reset),
 //! resumption and epoch callback say that ticks are wanted; a guest that computes reaches its
 //! callback at every tick, so its ticker never rests under it.
+//!
+//! Why a resting ticker cannot leave a guest unchecked: every store's epoch deadline is set
+//! one tick ahead, and only where ticks are also wanted (a call's start, a resumption, the
+//! callback itself). The ticker rests only after [`QUIET_TICKS_BEFORE_REST`] ticks with no
+//! want, so by then every deadline has passed: any guest that runs again (a WASI 0.3 guest
+//! resuming inside wasmtime's event loop included) reaches its callback at once, which wakes
+//! the ticker.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
