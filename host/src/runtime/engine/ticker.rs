@@ -147,12 +147,9 @@ mod tests {
         until("ticks again once wanted", || {
             !ticks.resting.load(Ordering::SeqCst)
         });
-        // Kept ticking while wanted at every tick (a guest that computes).
-        for _ in 0..3 * QUIET_TICKS_BEFORE_REST {
-            ticks.want();
-            assert!(!ticks.resting.load(Ordering::SeqCst));
-            std::thread::sleep(Duration::from_micros(100));
-        }
+        // That it never rests under a guest that computes is tested with a real one
+        // (`sandbox::a62_a_runaway_loop_is_stopped_after_the_server_was_idle`): a timed loop
+        // here would fail whenever a loaded machine paused this thread.
         drop(ticker);
     }
 }
