@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use ankh_test_support::harness::{Options, TestServer};
 
+#[path = "floor.rs"]
+pub mod floor;
+
 /// The repository root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

