@@ -541,6 +541,16 @@ fn processes_share_one_port_and_stop_together() {
         nodes.len() >= 2,
         "every connection went to one process: {nodes:?}"
     );
+    // The children's ready files went once they were read: nothing is left in the temporary
+    // directory for a supervisor killed with SIGKILL to leave behind.
+    let scratch = format!("ankh-processes-{}-", s.pid());
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&scratch))
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
     // A process that dies is started again (with a node number of its own), and the port
     // keeps serving meanwhile.
     let children = children(&s);

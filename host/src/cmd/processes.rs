@@ -118,6 +118,14 @@ pub(crate) fn supervise(config: &ServeConfig, args: Vec<String>) -> anyhow::Resu
         }
         std::thread::sleep(POLL);
     }
+    // The ready files have served: a child started again is not waited for. The directory
+    // goes now rather than at the end, which a supervisor killed with SIGKILL never reaches.
+    drop(scratch);
+    for seat in &mut seats {
+        if let Some(at) = seat.args.iter().rposition(|a| a == "--ready-file") {
+            seat.args.drain(at..at + 2);
+        }
+    }
     tracing::info!(processes = n, "listening on http://{listen} (SO_REUSEPORT)");
     if let Some(path) = &config.ready_file {
         ankh::server::write_ready_file(path, listen)
@@ -141,7 +149,6 @@ pub(crate) fn supervise(config: &ServeConfig, args: Vec<String>) -> anyhow::Resu
                         "process {} exited ({status}): starting it again",
                         seat.child.id()
                     );
-                    let _ = std::fs::remove_file(ready_path(&scratch.0, seat.index));
                     seat.child = spawn(&program, &seat.args)?;
                     seat.started = Instant::now();
                     running += 1;
@@ -192,14 +199,32 @@ fn spawn(program: &Path, args: &[String]) -> anyhow::Result<Child> {
         .with_context(|| format!("cannot start {}", program.display()))
 }
 
-/// The children's ready files: a directory of the supervisor's, removed when it ends.
+/// The children's ready files: a directory of the supervisor's, removed once they are ready. It
+/// is made anew (never an existing one, whoever made it), readable by its owner alone, so
+/// another user cannot hand the supervisor a directory, or ready files, of theirs; a name
+/// taken already is tried again with another.
 struct Scratch(PathBuf);
 
 impl Scratch {
     fn new() -> anyhow::Result<Scratch> {
-        let dir = std::env::temp_dir().join(format!("ankh-processes-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        use std::os::unix::fs::DirBuilderExt;
+        let mut attempt = 0;
+        let dir = loop {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let dir = std::env::temp_dir()
+                .join(format!("ankh-processes-{}-{nanos:08x}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => break dir,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot create {}", dir.display()));
+                }
+            }
+        };
         Ok(Scratch(dir))
     }
 }
