@@ -315,6 +315,57 @@ fn hostile() -> TestServer {
         .start()
 }
 
+/// CPU time of a 0.3 component (issue 36, point 4): its guest runs in wasmtime's event loop,
+/// not in ankh's calls, and is measured there on the thread's CPU clock. A guest that waits
+/// costs next to nothing; one that computes is charged what it computed (across the epoch
+/// yields of a long computation), and its policy's `cpu_ms_per_minute` refuses it with 503
+/// and Retry-After once spent.
+#[test]
+fn a_components_cpu_time_is_measured_and_capped() {
+    let s = hostile_options()
+        .file("p3hostile.toml", b"[limits]\ncpu_ms_per_minute = 400\n")
+        .start();
+    let cpu = || figure(&s, "ankh_plugin_cpu_seconds_total", "p3hostile");
+    assert_eq!(s.get("/p3hostile/sleep?ms=300").1, "slept\n");
+    let slept = cpu();
+    assert!(slept < 0.1, "a 300 ms wait was charged {slept} s");
+
+    // One computation of 400 ms spans some 40 epoch ticks, at each of which it yields. What
+    // it is charged is set beside what the whole server process used meanwhile (the machine
+    // may be busy, so wall time says little): most of it, and not more.
+    let before = s.cpu_ticks();
+    let (status, body) = s.get("/p3hostile/burn?ms=400");
+    assert_eq!(status, 200, "{body}");
+    let process = (s.cpu_ticks() - before) as f64 / 100.0;
+    let burned = cpu() - slept;
+    assert!(
+        burned >= 0.1 && burned >= process * 0.6 && burned <= process + 0.05,
+        "400 ms of computing was charged {burned} s; the process used {process} s"
+    );
+
+    let mut refused = None;
+    for _ in 0..20 {
+        let resp = s.request(b"GET /p3hostile/burn?ms=150 HTTP/1.1\r\nHost: a\r\n\r\n");
+        if resp.status == 503 {
+            refused = Some(resp);
+            break;
+        }
+        assert_eq!(resp.status, 200, "{}", resp.text());
+    }
+    let refused = refused.expect("never refused after 20 computing requests");
+    let used = cpu();
+    assert!(
+        used >= 0.4,
+        "refused after {used} s of CPU; the allowance is 0.4 s"
+    );
+    assert!(refused.header("retry-after").is_some(), "no Retry-After");
+    assert!(
+        refused.text().contains("limits.cpu_ms_per_minute"),
+        "{}",
+        refused.text()
+    );
+}
+
 /// Sends `GET path` on a new connection and reads until the server closes it: what came,
 /// and how long it took.
 fn until_closed(s: &TestServer, path: &str, extra: &str) -> (String, std::time::Duration) {

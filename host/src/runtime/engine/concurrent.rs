@@ -27,6 +27,14 @@
 //! CPU-bound requests over instances), so the requests let through together may still start
 //! a few more.
 //!
+//! **CPU time.** An instance's guest runs inside wasmtime's event loop, on a task that
+//! [`ProxyHandler`] spawns, so the poll-by-poll measure of ankh's own calls cannot wrap it.
+//! [`GuestCpu`] measures the thread's CPU clock instead, from the first entry into the guest
+//! in a poll of the instance's task (wasmtime's call hook, or the guest's resumption after it
+//! yielded at an epoch tick) to the end of that poll (the instance's expiry is asked at the
+//! end of every poll that leaves work pending, and its state is dropped when it ends), and
+//! charges the plugin's meter: `ankh_plugin_cpu_seconds_total` and the policy's CPU cap.
+//!
 //! **Bounds.** Each instance's memory is capped by its store's limiter, as every instance's
 //! is; a request that gives no response within the handler timeout gets a 504 and the instance
 //! accepts no more; an instance that computes for longer than the CPU deadline without a new
@@ -50,6 +58,79 @@ use wasmtime_wasi_http::handler::{
 use wasmtime_wasi_http::p3::bindings::ServicePre;
 
 use crate::runtime::sandbox::store::HostState;
+
+/// The CPU time of one 0.3 instance's guest, charged to its plugin's meter. A stretch opens
+/// at the first entry into the guest in a poll of the instance's task and closes at the end
+/// of that poll, both on the thread that polls it; a stretch that ends on another thread
+/// (an instantiation that yielded, and moved) is dropped, not charged.
+pub(crate) struct GuestCpu {
+    open: AtomicBool,
+    since: std::sync::Mutex<Option<(std::thread::ThreadId, Duration)>>,
+    metrics: Arc<crate::metrics::PluginMetrics>,
+}
+
+impl GuestCpu {
+    fn new(metrics: Arc<crate::metrics::PluginMetrics>) -> GuestCpu {
+        GuestCpu {
+            open: AtomicBool::new(false),
+            since: std::sync::Mutex::new(None),
+            metrics,
+        }
+    }
+
+    /// The guest runs: a stretch opens unless one is open.
+    fn enter(&self) {
+        if self.open.load(Ordering::Relaxed) || self.open.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let now = cpu_time::ThreadTime::try_now().ok();
+        *self.lock() = now.map(|now| (std::thread::current().id(), now.as_duration()));
+    }
+
+    /// A poll of the instance's task ends: the open stretch is charged.
+    fn leave(&self) {
+        if !self.open.load(Ordering::Relaxed) || !self.open.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        if let Some((thread, since)) = self.lock().take()
+            && thread == std::thread::current().id()
+            && let Ok(now) = cpu_time::ThreadTime::try_now()
+        {
+            self.metrics
+                .cpu
+                .charge(now.as_duration().saturating_sub(since));
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(std::thread::ThreadId, Duration)>> {
+        self.since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// What a guest that yields at an epoch tick awaits: the yield itself, then, polled again
+/// when the instance's task runs it on, the start of a new stretch of its CPU time.
+struct Resume {
+    yielded: bool,
+    cpu: Option<Arc<GuestCpu>>,
+}
+
+impl Future for Resume {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.yielded {
+            self.yielded = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        if let Some(cpu) = &self.cpu {
+            cpu.enter();
+        }
+        Poll::Ready(())
+    }
+}
 
 /// How long an instance of a 0.3 component waits for its next request before it goes.
 pub(crate) const IDLE_INSTANCE: Duration = Duration::from_secs(10);
@@ -252,9 +333,19 @@ impl HandlerState for Instances {
         let mut store = (self.make_store)();
         store.set_epoch_deadline(1);
         store.data_mut().budget.reset();
+        let cpu = Arc::new(GuestCpu::new(self.metrics.clone()));
+        store.data_mut().guest_cpu = Some(cpu.clone());
+        let entered = cpu.clone();
+        store.call_hook(move |_, hook| {
+            if matches!(hook, wasmtime::CallHook::CallingWasm) {
+                entered.enter();
+            }
+            Ok(())
+        });
         self.warming.making.fetch_add(1, Ordering::AcqRel);
         let instantiate = self.pre.instantiate_async(&mut store);
         let made = tokio::time::timeout(self.handler_timeout, instantiate).await;
+        cpu.leave();
         let service = match made {
             Ok(Ok(service)) => service,
             Ok(Err(e)) => {
@@ -282,6 +373,7 @@ impl HandlerState for Instances {
                 stream_timeout: self.stream_timeout,
                 retired: self.retired.clone(),
                 timer: None,
+                cpu: cpu.clone(),
             },
             state: Worker {
                 reuse: self.reuse,
@@ -292,6 +384,7 @@ impl HandlerState for Instances {
                 warming: self.warming.clone(),
                 asked: AtomicBool::new(false),
                 accepting: AtomicBool::new(false),
+                cpu,
             },
         })
     }
@@ -309,6 +402,7 @@ pub(crate) struct Worker {
     asked: AtomicBool,
     /// Whether its last answer was that it accepts one.
     accepting: AtomicBool,
+    cpu: Arc<GuestCpu>,
 }
 
 impl Worker {
@@ -359,6 +453,7 @@ impl handler::WorkerState for Worker {
     }
 
     fn drop(&self, store: Store<HostState>, result: wasmtime::Result<()>) {
+        self.cpu.leave();
         drop(store);
         self.counted(false);
         self.metrics.live_instances.fetch_sub(1, Ordering::Relaxed);
@@ -382,6 +477,9 @@ pub(crate) struct Expiry {
     stream_timeout: Duration,
     retired: Arc<AtomicBool>,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Asked at the end of every poll of the instance's task that leaves work pending: the
+    /// end of a stretch of its guest's CPU time.
+    cpu: Arc<GuestCpu>,
 }
 
 impl WorkerExpiration for Expiry {
@@ -391,6 +489,7 @@ impl WorkerExpiration for Expiry {
         state: WorkerStatus,
         start: Instant,
     ) -> Poll<()> {
+        self.cpu.leave();
         let now = Instant::now();
         let deadline = match state {
             WorkerStatus::Idle => {
@@ -436,7 +535,11 @@ pub(crate) fn configure_store(store: &mut Store<HostState>) {
         let state = ctx.data_mut();
         let tick = state.limits.epoch_tick;
         if state.budget.tick(tick) {
-            Ok(wasmtime::UpdateDeadline::Yield(1))
+            let resume = Resume {
+                yielded: false,
+                cpu: state.guest_cpu.clone(),
+            };
+            Ok(wasmtime::UpdateDeadline::YieldCustom(1, Box::pin(resume)))
         } else {
             Ok(wasmtime::UpdateDeadline::Interrupt)
         }

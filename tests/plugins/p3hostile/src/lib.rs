@@ -10,6 +10,8 @@
 //! - `/huge-write?mib=M`: a body written as one write of M MiB;
 //! - `/huge-read?mib=M`: reads the request's body with reads of M MiB each, and answers the
 //!   total.
+//! - `/burn?ms=N`: computes for N ms (its CPU time is charged to it, and capped by policy);
+//! - `/sleep?ms=N`: waits N ms in the host (which costs it next to no CPU time).
 
 use wasip3::http::types::{ErrorCode, Fields, Request, Response};
 use wasip3::{wit_future, wit_stream};
@@ -99,6 +101,23 @@ impl wasip3::exports::http::handler::Guest for Service {
                 text(format!("started {started} tasks\n"))
             }
             "/ignore-body" => text("ignored\n"),
+            "/burn" => {
+                // Computes for `ms` of its clock, calling the host only to read it.
+                let ms = number(&target, "ms");
+                let start = wasip3::clocks::monotonic_clock::now();
+                let mut x = 1_u64;
+                while wasip3::clocks::monotonic_clock::now() - start < ms.saturating_mul(1_000_000)
+                {
+                    for _ in 0..1000 {
+                        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                    }
+                }
+                text(format!("burned {ms} ms ({x})\n"))
+            }
+            "/sleep" => {
+                wait_ms(number(&target, "ms")).await;
+                text("slept\n")
+            }
             "/huge-write" => {
                 let mib = usize::try_from(number(&target, "mib")).unwrap_or(0);
                 let (mut tx, rx) = wit_stream::new::<u8>();
