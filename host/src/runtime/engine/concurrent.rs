@@ -28,12 +28,14 @@
 //! a few more.
 //!
 //! **CPU time.** An instance's guest runs inside wasmtime's event loop, on a task that
-//! [`ProxyHandler`] spawns, so the poll-by-poll measure of ankh's own calls cannot wrap it.
-//! [`GuestCpu`] measures the thread's CPU clock instead, from the first entry into the guest
-//! in a poll of the instance's task (wasmtime's call hook, or the guest's resumption after it
-//! yielded at an epoch tick) to the end of that poll (the instance's expiry is asked at the
-//! end of every poll that leaves work pending, and its state is dropped when it ends), and
-//! charges the plugin's meter: `ankh_plugin_cpu_seconds_total` and the policy's CPU cap.
+//! [`ProxyHandler`] spawns on this engine's threads, so the poll-by-poll measure of ankh's own
+//! calls cannot wrap it. Each of these threads instead keeps the reading of its CPU clock at
+//! the end of its last turn (see [`turn_ends`]): when a turn of an instance's task ends (the
+//! instance's expiry is asked at the end of every poll that leaves work pending, and its
+//! state is dropped when it ends) or a request's hand-over task yields, the plugin is charged
+//! what the thread used since. One reading per turn, and no hook on the guest's calls: what
+//! runs between two turns on a thread (the runtime's I/O driver, an outbound connection's
+//! task) is small, and goes to the turn that ends next there.
 //!
 //! **Bounds.** Each instance's memory is capped by its store's limiter, as every instance's
 //! is; a request that gives no response within the handler timeout gets a 504 and the instance
@@ -59,76 +61,46 @@ use wasmtime_wasi_http::p3::bindings::ServicePre;
 
 use crate::runtime::sandbox::store::HostState;
 
-/// The CPU time of one 0.3 instance's guest, charged to its plugin's meter. A stretch opens
-/// at the first entry into the guest in a poll of the instance's task and closes at the end
-/// of that poll, both on the thread that polls it; a stretch that ends on another thread
-/// (an instantiation that yielded, and moved) is dropped, not charged.
-pub(crate) struct GuestCpu {
-    open: AtomicBool,
-    since: std::sync::Mutex<Option<(std::thread::ThreadId, Duration)>>,
+thread_local! {
+    /// This thread's CPU clock when its last turn ended (see [`turn_ends`]).
+    static TURN_ENDED: std::cell::Cell<Option<Duration>> = const { std::cell::Cell::new(None) };
+}
+
+/// A turn of work for `metrics`' plugin ends on a thread of the 0.3 runtime: the plugin is
+/// charged the thread's CPU time since the previous turn ended there (or the thread started).
+/// A thread's CPU clock stands still while it waits, so nothing is charged for waiting.
+pub(crate) fn turn_ends(metrics: &crate::metrics::PluginMetrics) {
+    let Ok(now) = cpu_time::ThreadTime::try_now() else {
+        return;
+    };
+    let now = now.as_duration();
+    if let Some(before) = TURN_ENDED.replace(Some(now)) {
+        metrics.cpu.charge(now.saturating_sub(before));
+    }
+}
+
+/// A thread of the 0.3 runtime starts: its first turn is charged from here.
+fn thread_starts() {
+    TURN_ENDED.set(
+        cpu_time::ThreadTime::try_now()
+            .ok()
+            .map(|t| t.as_duration()),
+    );
+}
+
+/// A request's hand-over to the instances (see [`serve`]), charging its turns to its plugin.
+pub(crate) struct Charged<F> {
+    future: Pin<Box<F>>,
     metrics: Arc<crate::metrics::PluginMetrics>,
 }
 
-impl GuestCpu {
-    fn new(metrics: Arc<crate::metrics::PluginMetrics>) -> GuestCpu {
-        GuestCpu {
-            open: AtomicBool::new(false),
-            since: std::sync::Mutex::new(None),
-            metrics,
-        }
-    }
+impl<F: Future> Future for Charged<F> {
+    type Output = F::Output;
 
-    /// The guest runs: a stretch opens unless one is open.
-    fn enter(&self) {
-        if self.open.load(Ordering::Relaxed) || self.open.swap(true, Ordering::Relaxed) {
-            return;
-        }
-        let now = cpu_time::ThreadTime::try_now().ok();
-        *self.lock() = now.map(|now| (std::thread::current().id(), now.as_duration()));
-    }
-
-    /// A poll of the instance's task ends: the open stretch is charged.
-    fn leave(&self) {
-        if !self.open.load(Ordering::Relaxed) || !self.open.swap(false, Ordering::Relaxed) {
-            return;
-        }
-        if let Some((thread, since)) = self.lock().take()
-            && thread == std::thread::current().id()
-            && let Ok(now) = cpu_time::ThreadTime::try_now()
-        {
-            self.metrics
-                .cpu
-                .charge(now.as_duration().saturating_sub(since));
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(std::thread::ThreadId, Duration)>> {
-        self.since
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-/// What a guest that yields at an epoch tick awaits: the yield itself, then, polled again
-/// when the instance's task runs it on, the start of a new stretch of its CPU time.
-struct Resume {
-    yielded: bool,
-    cpu: Option<Arc<GuestCpu>>,
-}
-
-impl Future for Resume {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if !self.yielded {
-            self.yielded = true;
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
-        }
-        if let Some(cpu) = &self.cpu {
-            cpu.enter();
-        }
-        Poll::Ready(())
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let polled = self.future.as_mut().poll(cx);
+        turn_ends(&self.metrics);
+        polled
     }
 }
 
@@ -179,6 +151,7 @@ impl Concurrent {
         let tokio = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(cores)
             .thread_name("ankh-p3")
+            .on_thread_start(thread_starts)
             .enable_all()
             .build()
             .context("cannot start the threads of WASI 0.3 components")?;
@@ -235,17 +208,22 @@ impl Service {
     }
 }
 
-/// Serves one request on an instance that accepts it, made if need be (see [`Warming`]).
-pub(crate) async fn serve(
-    handler: &ProxyHandler<Instances>,
+/// Serves one request on an instance that accepts it, made if need be (see [`Warming`]): a
+/// future for a task on this engine's threads, whose turns are charged to the plugin.
+pub(crate) fn serve(
+    handler: ProxyHandler<Instances>,
     request: wasmtime_wasi_http::handler::Request,
-) -> wasmtime::Result<wasmtime_wasi_http::handler::Response> {
-    let state = handler.state();
-    state
-        .warming
-        .admit(state.concurrent, state.handler_timeout)
-        .await;
-    handler.handle((), request).await
+) -> Charged<impl Future<Output = wasmtime::Result<wasmtime_wasi_http::handler::Response>>> {
+    let metrics = handler.state().metrics.clone();
+    let future = Box::pin(async move {
+        let state = handler.state();
+        state
+            .warming
+            .admit(state.concurrent, state.handler_timeout)
+            .await;
+        handler.handle((), request).await
+    });
+    Charged { future, metrics }
 }
 
 /// Whether a request should wait for an instance being made rather than make one: counts of
@@ -333,19 +311,10 @@ impl HandlerState for Instances {
         let mut store = (self.make_store)();
         store.set_epoch_deadline(1);
         store.data_mut().budget.reset();
-        let cpu = Arc::new(GuestCpu::new(self.metrics.clone()));
-        store.data_mut().guest_cpu = Some(cpu.clone());
-        let entered = cpu.clone();
-        store.call_hook(move |_, hook| {
-            if matches!(hook, wasmtime::CallHook::CallingWasm) {
-                entered.enter();
-            }
-            Ok(())
-        });
         self.warming.making.fetch_add(1, Ordering::AcqRel);
         let instantiate = self.pre.instantiate_async(&mut store);
         let made = tokio::time::timeout(self.handler_timeout, instantiate).await;
-        cpu.leave();
+        turn_ends(&self.metrics);
         let service = match made {
             Ok(Ok(service)) => service,
             Ok(Err(e)) => {
@@ -373,7 +342,7 @@ impl HandlerState for Instances {
                 stream_timeout: self.stream_timeout,
                 retired: self.retired.clone(),
                 timer: None,
-                cpu: cpu.clone(),
+                metrics: self.metrics.clone(),
             },
             state: Worker {
                 reuse: self.reuse,
@@ -384,7 +353,6 @@ impl HandlerState for Instances {
                 warming: self.warming.clone(),
                 asked: AtomicBool::new(false),
                 accepting: AtomicBool::new(false),
-                cpu,
             },
         })
     }
@@ -402,7 +370,6 @@ pub(crate) struct Worker {
     asked: AtomicBool,
     /// Whether its last answer was that it accepts one.
     accepting: AtomicBool,
-    cpu: Arc<GuestCpu>,
 }
 
 impl Worker {
@@ -453,7 +420,7 @@ impl handler::WorkerState for Worker {
     }
 
     fn drop(&self, store: Store<HostState>, result: wasmtime::Result<()>) {
-        self.cpu.leave();
+        turn_ends(&self.metrics);
         drop(store);
         self.counted(false);
         self.metrics.live_instances.fetch_sub(1, Ordering::Relaxed);
@@ -478,8 +445,8 @@ pub(crate) struct Expiry {
     retired: Arc<AtomicBool>,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Asked at the end of every poll of the instance's task that leaves work pending: the
-    /// end of a stretch of its guest's CPU time.
-    cpu: Arc<GuestCpu>,
+    /// end of a turn, charged to its plugin.
+    metrics: Arc<crate::metrics::PluginMetrics>,
 }
 
 impl WorkerExpiration for Expiry {
@@ -489,7 +456,7 @@ impl WorkerExpiration for Expiry {
         state: WorkerStatus,
         start: Instant,
     ) -> Poll<()> {
-        self.cpu.leave();
+        turn_ends(&self.metrics);
         let now = Instant::now();
         let deadline = match state {
             WorkerStatus::Idle => {
@@ -535,11 +502,7 @@ pub(crate) fn configure_store(store: &mut Store<HostState>) {
         let state = ctx.data_mut();
         let tick = state.limits.epoch_tick;
         if state.budget.tick(tick) {
-            let resume = Resume {
-                yielded: false,
-                cpu: state.guest_cpu.clone(),
-            };
-            Ok(wasmtime::UpdateDeadline::YieldCustom(1, Box::pin(resume)))
+            Ok(wasmtime::UpdateDeadline::Yield(1))
         } else {
             Ok(wasmtime::UpdateDeadline::Interrupt)
         }

@@ -613,7 +613,7 @@ pub(crate) async fn serve_service(
     let head = incoming.method() == http::Method::HEAD;
     let handler = service.handler();
     let answered = tokio
-        .spawn(async move { crate::runtime::engine::concurrent::serve(&handler, incoming).await })
+        .spawn(crate::runtime::engine::concurrent::serve(handler, incoming))
         .await;
     let response = match answered {
         Ok(Ok(response)) => response,

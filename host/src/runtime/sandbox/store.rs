@@ -47,10 +47,6 @@ pub struct HostState {
     /// Whether the wasi:http request being served is a HEAD (see `runtime::host::head`).
     pub(crate) head_request: bool,
     pub(crate) http_hooks: crate::runtime::host::outbound::HttpHooks,
-    /// A WASI 0.3 instance's meter of its guest's CPU time (see
-    /// [`crate::runtime::engine::concurrent::GuestCpu`]); other stores' calls are measured
-    /// around their polls.
-    pub(crate) guest_cpu: Option<Arc<crate::runtime::engine::concurrent::GuestCpu>>,
 }
 
 impl HostState {
@@ -82,7 +78,6 @@ impl HostState {
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
             head_request: false,
             http_hooks,
-            guest_cpu: None,
         }
     }
 
