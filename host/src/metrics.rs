@@ -131,7 +131,8 @@ pub struct PluginMetrics {
 }
 
 /// CPU time of one plugin's calls, measured on the threads that run them (each thread's own
-/// CPU clock, read around every stretch a call runs: see `pool::tasks`), and the policy's
+/// CPU clock, read once per round of calls and shared by their wall time: see `pool::cpu`),
+/// and the policy's
 /// cap on it, `limits.cpu_ms_per_minute`: a bucket that holds a minute's allowance, is
 /// charged what each call used, and refills at the allowance's rate. While it is empty the
 /// plugin's requests get 503 with the seconds until it is not.

@@ -249,6 +249,9 @@ impl EventLoop {
                 return Err(e);
             }
             let busy_from = Instant::now();
+            // Awake again: the time since the last `pause` is none of the CPU time the loop's
+            // calls share (see `pool::cpu`).
+            crate::pool::cpu::resume(busy_from);
             crate::pool::inline::new_round();
             // Calls whose deadlines passed first: their answers are late already, and are
             // written before the batch of events is handled.
@@ -291,7 +294,10 @@ impl EventLoop {
                 last_sweep = now;
                 self.sweep(now);
             }
-            self.metrics.io_loop(self.shard).busy(busy_from.elapsed());
+            self.metrics
+                .io_loop(self.shard)
+                .busy(now.saturating_duration_since(busy_from));
+            crate::pool::cpu::pause(now);
         }
     }
 

@@ -12,6 +12,7 @@
 //! and the client gets 503 + `Retry-After`, rather than the host queueing without bound.
 
 mod call;
+pub(crate) mod cpu;
 pub mod exchange;
 pub(crate) mod inline;
 pub(crate) mod job;

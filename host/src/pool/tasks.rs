@@ -319,15 +319,13 @@ impl Tasks {
         let waker = task.waker.clone();
         let mut cx = Context::from_waker(&waker);
         crate::runtime::sandbox::exec::take_yield();
-        // The thread's own CPU clock around the stretch: what the call used, guest and host
-        // work together, and none of the time it waits.
-        let cpu = cpu_time::ThreadTime::try_now().ok();
+        // The stretch is timed for the plugin's CPU meter (see [`super::cpu`]): what the call
+        // used, guest and host work together, and none of the time it waits.
+        let began = super::cpu::stretch_begins();
         let polled = catch_unwind(AssertUnwindSafe(|| {
             task.running.future.as_mut().poll(&mut cx)
         }));
-        if let Some(cpu) = cpu {
-            task.running.metrics.cpu.charge(cpu.elapsed());
-        }
+        super::cpu::stretch_ends(&task.running.metrics, began);
         if let Ok(Poll::Pending) = polled {
             if self.hand_off_computing && crate::runtime::sandbox::exec::take_yield() {
                 return Polled::Computing(self.slab.remove(id.slot).running);

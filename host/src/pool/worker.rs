@@ -141,7 +141,8 @@ impl Worker {
                 }
             }
             if self.tasks.is_empty() {
-                // Nothing to resume: wait for a permit and a job.
+                // Nothing to resume: wait for a permit and a job, for as long as it takes.
+                super::cpu::settle();
                 if !self.permit {
                     self.permit = self.slots.permits.recv().is_ok();
                 }
@@ -152,8 +153,9 @@ impl Worker {
                 continue;
             }
             // Sleep no longer than the earliest deadline of this worker's calls.
-            let timeout =
-                Local::next().map_or(IDLE_WAKE, |at| at.saturating_duration_since(Instant::now()));
+            let now = Instant::now();
+            let timeout = Local::next().map_or(IDLE_WAKE, |at| at.saturating_duration_since(now));
+            super::cpu::pause(now);
             if self.permit {
                 crossbeam_channel::select! {
                     recv(rx) -> job => match job {
@@ -170,6 +172,7 @@ impl Worker {
                     default(timeout) => {}
                 }
             }
+            super::cpu::resume(Instant::now());
         }
     }
 
