@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use ankh_test_support::harness::plugins;
 use ankh_test_support::wasmtime_serve::WasmtimeServe;
-use benches::{Ankh, Native, Run, median, wrk};
+use benches::{Ankh, Native, Ratios, Run, median, wrk};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::Response;
@@ -75,8 +75,12 @@ fn wasmtime_49() -> Option<PathBuf> {
     })
 }
 
-/// Alternating rounds of each contender; the median run of each.
-fn rounds(contenders: &[(&str, String)], rounds: usize, round: Duration) -> Vec<Run> {
+/// Alternating rounds of each contender: the median run of each, and each one's rounds.
+fn rounds(
+    contenders: &[(&str, String)],
+    rounds: usize,
+    round: Duration,
+) -> (Vec<Run>, Vec<Vec<Run>>) {
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); contenders.len()];
     for _ in 0..rounds {
         for (i, (_, url)) in contenders.iter().enumerate() {
@@ -84,7 +88,13 @@ fn rounds(contenders: &[(&str, String)], rounds: usize, round: Duration) -> Vec<
             runs[i].push(wrk(url, CONNECTIONS, round));
         }
     }
-    runs.iter().map(|r| median_run(r)).collect()
+    (runs.iter().map(|r| median_run(r)).collect(), runs)
+}
+
+/// `a / b`, round by round.
+fn ratios(a: &[Run], b: &[Run]) -> Ratios {
+    let rps = |runs: &[Run]| runs.iter().map(|r| r.rps).collect::<Vec<_>>();
+    Ratios::of(&rps(a), &rps(b))
 }
 
 /// The median of each of a contender's figures over its rounds.
@@ -154,18 +164,18 @@ fn main() {
         "hello world, {CONNECTIONS} connections, median of {n_rounds} alternating rounds of {}s:",
         round.as_secs()
     );
-    let runs = rounds(&contenders, n_rounds, round);
+    let (runs, each) = rounds(&contenders, n_rounds, round);
     let hello = print(&contenders, &runs);
     println!(
-        "  proxy / own-world hello: {:.2} (fresh), {:.2} (reused)",
-        runs[0].rps / runs[2].rps,
-        runs[1].rps / runs[2].rps
+        "  proxy / own-world hello, by round: {} (fresh), {} (reused)",
+        ratios(&each[0], &each[2]),
+        ratios(&each[1], &each[2])
     );
     if serve.is_some() {
         println!(
-            "  ankh / wasmtime serve: {:.2} (fresh), {:.2} (reused)",
-            runs[0].rps / runs[3].rps,
-            runs[1].rps / runs[3].rps
+            "  ankh / wasmtime serve, by round: {} (fresh), {} (reused)",
+            ratios(&each[0], &each[3]),
+            ratios(&each[1], &each[3])
         );
     }
     drop((fresh, reused, own_world, serve));
@@ -265,9 +275,9 @@ fn main() {
         ),
     ];
     println!("one outbound call per request, {CONNECTIONS} connections:");
-    let runs = rounds(&contenders, n_rounds, round);
+    let (runs, each) = rounds(&contenders, n_rounds, round);
     let outbound = print(&contenders, &runs);
-    println!("  ankh / native: {:.2}", runs[0].rps / runs[1].rps);
+    println!("  ankh / native, by round: {}", ratios(&each[0], &each[1]));
 
     let doc = json!({
         "machine": benches::machine(),
