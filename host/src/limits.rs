@@ -132,18 +132,6 @@ pub const P3_REUSE_REQUESTS: usize = 128;
 /// memory (8 × `--memory-limit-mib`; 64 kept 2.2 GB after 30 instances of 60 MiB).
 pub const DECOMMIT_BATCH_SLOTS: usize = 8;
 
-/// Bytes of an instance slot's linear memory (and of its tables) that the pooling allocator
-/// resets in place when the slot is reused, rather than handing the pages back to the system:
-/// the next instance finds them resident, and takes no page fault for them. With Linux's
-/// `PAGEMAP_SCAN` (6.7 and later: `pagemap_scan`), only the pages the last instance dirtied
-/// are reset, up to this many bytes; what it dirtied beyond goes back to the system as before.
-/// A fresh wasi:http instance per request served 2.2-2.3 times as many requests as without
-/// (`benches/results/2026-12-07.md`); 1 and 8 MiB did as well as 2, 256 KiB a little less.
-/// Spin ships the same values. A slot keeps at most this much resident between instances.
-pub const KEEP_RESIDENT_MEMORY_BYTES: usize = 2 << 20;
-/// See [`KEEP_RESIDENT_MEMORY_BYTES`].
-pub const KEEP_RESIDENT_TABLE_BYTES: usize = 512 << 10;
-
 /// Idle instances all plugins together keep; sizes the pooling allocator beside
 /// [`MAX_CALLS`].
 pub const INSTANCES_IDLE_TOTAL: usize = 1024;

@@ -31,8 +31,7 @@ use anyhow::Context;
 
 use crate::limits::{
     DECOMMIT_BATCH_SLOTS, EPOCH_TICK, FIBER_HOST_STACK_BYTES, GUEST_STACK_BYTES,
-    INSTANCES_IDLE_TOTAL, INSTANCES_SPARE, KEEP_RESIDENT_MEMORY_BYTES, KEEP_RESIDENT_TABLE_BYTES,
-    Limits,
+    INSTANCES_IDLE_TOTAL, INSTANCES_SPARE, Limits,
 };
 use crate::runtime::bindings;
 use crate::runtime::sandbox::store::HostState;
@@ -268,11 +267,7 @@ fn engine_config(
             .total_tables(instances.saturating_mul(4))
             .total_stacks(instances)
             .max_memory_size(config.limits.guest_memory_bytes)
-            .decommit_batch_size(DECOMMIT_BATCH_SLOTS)
-            .linear_memory_keep_resident(KEEP_RESIDENT_MEMORY_BYTES)
-            .table_keep_resident(KEEP_RESIDENT_TABLE_BYTES)
-            // Where the kernel has it; elsewhere the kept bytes are reset whole.
-            .pagemap_scan(wasmtime::Enabled::Auto);
+            .decommit_batch_size(DECOMMIT_BATCH_SLOTS);
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     c
@@ -285,56 +280,4 @@ pub(crate) fn add_config_to_linker(
     wasmtime_wasi_config::add_to_linker(linker, |s| {
         wasmtime_wasi_config::WasiConfig::from(&*s.config)
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::limits::Limits;
-
-    /// `(module (memory (export "memory") 1) (data (i32.const 16) "ankh"))`, encoded by hand.
-    const MODULE: &[u8] = &[
-        0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version
-        0x05, 0x03, 0x01, 0x00, 0x01, // one memory, one page at least
-        0x07, 0x0a, 0x01, 0x06, b'm', b'e', b'm', b'o', b'r', b'y', 0x02, 0x00, // its export
-        0x0b, 0x0a, 0x01, 0x00, 0x41, 0x10, 0x0b, 0x04, b'a', b'n', b'k', b'h', // its data
-    ];
-
-    // The pooling allocator's slots are reset in place up to `KEEP_RESIDENT_MEMORY_BYTES`
-    // (only the dirty pages, with `PAGEMAP_SCAN`), and handed back to the system beyond: an
-    // instance made in a reused slot finds nothing of the one before, on either side.
-    #[test]
-    fn an_instance_in_a_reused_slot_finds_nothing_of_the_last_one() {
-        let config = RuntimeConfig::new(Limits::default(), crate::kv::Store::memory());
-        let engine = Engine::new(&engine_config(&config, Some(MemorySlots::Two), None))
-            .expect("a pooling engine");
-        let module = wasmtime::Module::new(&engine, MODULE).expect("the module compiles");
-        let pages = (KEEP_RESIDENT_MEMORY_BYTES as u64 * 2) >> 16;
-        let inside = 100 * 1024;
-        let beyond = KEEP_RESIDENT_MEMORY_BYTES + 100 * 1024;
-        // Slots whose pages beyond the kept bytes go back to the system wait for a batch of
-        // them (`DECOMMIT_BATCH_SLOTS`) before they are used again: enough rounds for that.
-        let rounds = DECOMMIT_BATCH_SLOTS * 3;
-        let mut slots = std::collections::HashSet::new();
-        for round in 0..rounds {
-            let mut store = wasmtime::Store::new(&engine, ());
-            let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
-            let memory = instance.get_memory(&mut store, "memory").unwrap();
-            slots.insert(memory.data_ptr(&store) as usize);
-            assert_eq!(
-                memory.size(&store),
-                1,
-                "round {round}: the memory kept its growth"
-            );
-            memory.grow(&mut store, pages).unwrap();
-            let data = memory.data_mut(&mut store);
-            assert_eq!(&data[16..20], b"ankh", "round {round}: the data segment");
-            assert_eq!(data[inside], 0, "round {round}: a kept page");
-            assert_eq!(data[beyond], 0, "round {round}: a page handed back");
-            data[16..20].copy_from_slice(b"left");
-            data[inside] = 0xab;
-            data[beyond] = 0xcd;
-        }
-        assert!(slots.len() < rounds, "no slot was used twice");
-    }
 }
