@@ -343,16 +343,10 @@ fn a_components_cpu_time_is_measured_and_capped() {
         "400 ms of computing was charged {burned} s; the process used {process} s"
     );
 
-    let mut refused = None;
-    for _ in 0..20 {
-        let resp = s.request(b"GET /p3hostile/burn?ms=150 HTTP/1.1\r\nHost: a\r\n\r\n");
-        if resp.status == 503 {
-            refused = Some(resp);
-            break;
-        }
-        assert_eq!(resp.status, 200, "{}", resp.text());
-    }
-    let refused = refused.expect("never refused after 20 computing requests");
+    let refused = s.until_refused(
+        b"GET /p3hostile/burn?ms=150 HTTP/1.1\r\nHost: a\r\n\r\n",
+        20,
+    );
     let used = cpu();
     assert!(
         used >= 0.4,

@@ -495,6 +495,20 @@ impl TestServer {
         read_response(&mut BufReader::new(s), false)
     }
 
+    /// Sends `bytes` on a new connection each time until the answer is 503, at most `tries`
+    /// times; every answer before it must be 200. Returns the 503 (a cap that refuses once
+    /// spent: the CPU allowance of `limits.cpu_ms_per_minute`).
+    pub fn until_refused(&self, bytes: &[u8], tries: usize) -> Response {
+        for _ in 0..tries {
+            let resp = self.request(bytes);
+            if resp.status == 503 {
+                return resp;
+            }
+            assert_eq!(resp.status, 200, "{}", resp.text());
+        }
+        panic!("never refused after {tries} requests");
+    }
+
     /// GET `path` with the client library.
     pub fn get(&self, path: &str) -> (u16, String) {
         let mut resp = agent().get(&self.url(path)).call().unwrap();
