@@ -56,7 +56,9 @@ pub(crate) struct AdminState {
 
 /// Binds `addr` and serves the admin endpoints on a thread of their own.
 pub(crate) fn start(addr: SocketAddr, state: AdminState) -> anyhow::Result<SocketAddr> {
-    let std_listener = std::net::TcpListener::bind(addr)
+    // The main listener's backlog: hundreds of clients that never finish must not fill the
+    // accept queue, or /healthz's SYN waits a second to be retransmitted.
+    let std_listener = crate::net::io::listen(addr, false)
         .with_context(|| format!("cannot listen on {addr} (--admin)"))?;
     std_listener.set_nonblocking(true)?;
     let local = std_listener.local_addr()?;

@@ -61,17 +61,18 @@ impl Server {
                 dir.display()
             );
         }
-        let std_listener = listen(config.listen, config.reuse_port).map_err(|e| {
-            let why = match e.kind() {
-                std::io::ErrorKind::AddrInUse => "the address is already in use".to_owned(),
-                std::io::ErrorKind::AddrNotAvailable => {
-                    "the address is not available on this machine".to_owned()
-                }
-                std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
-                _ => e.to_string(),
-            };
-            anyhow::anyhow!("cannot listen on {}: {why}", config.listen)
-        })?;
+        let std_listener =
+            crate::net::io::listen(config.listen, config.reuse_port).map_err(|e| {
+                let why = match e.kind() {
+                    std::io::ErrorKind::AddrInUse => "the address is already in use".to_owned(),
+                    std::io::ErrorKind::AddrNotAvailable => {
+                        "the address is not available on this machine".to_owned()
+                    }
+                    std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+                    _ => e.to_string(),
+                };
+                anyhow::anyhow!("cannot listen on {}: {why}", config.listen)
+            })?;
         std_listener.set_nonblocking(true)?;
         let local_addr = std_listener.local_addr()?;
         let listener = mio::net::TcpListener::from_std(std_listener);
@@ -249,24 +250,6 @@ impl Server {
         crate::trace::flush();
         ended
     }
-}
-
-/// A listening socket on `addr` with a backlog of [`LISTEN_BACKLOG`](crate::limits::LISTEN_BACKLOG)
-/// (std's `TcpListener::bind` asks for 128: a burst of a few thousand connections then loses
-/// SYNs, and their clients wait a second or more to retransmit).
-/// With `reuse_port`, `SO_REUSEPORT`: several processes bind the same port and the kernel
-/// spreads new connections over them.
-fn listen(addr: SocketAddr, reuse_port: bool) -> std::io::Result<std::net::TcpListener> {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
-    // As std does on Unix: a restarted server rebinds while old connections linger.
-    socket.set_reuse_address(true)?;
-    if reuse_port {
-        socket.set_reuse_port(true)?;
-    }
-    socket.bind(&addr.into())?;
-    socket.listen(crate::limits::LISTEN_BACKLOG)?;
-    Ok(socket.into())
 }
 
 /// Writes `addr` to `path` atomically: a reader sees no file or the whole address.

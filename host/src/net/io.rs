@@ -1,6 +1,7 @@
 //! Non-blocking I/O idioms, named once (see mio's "Draining readiness").
 
 use std::io::{self, Read, Write};
+use std::net::SocketAddr;
 
 /// What a non-blocking read or write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,4 +38,22 @@ pub(crate) fn write_some(dst: &mut impl Write, buf: &[u8]) -> io::Result<Step> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// A listening socket on `addr` with a backlog of [`LISTEN_BACKLOG`](crate::limits::LISTEN_BACKLOG)
+/// (std's `TcpListener::bind` asks for 128: a burst of a few thousand connections then loses
+/// SYNs, and their clients wait a second or more to retransmit).
+/// With `reuse_port`, `SO_REUSEPORT`: several processes bind the same port and the kernel
+/// spreads new connections over them.
+pub(crate) fn listen(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    // As std does on Unix: a restarted server rebinds while old connections linger.
+    socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(crate::limits::LISTEN_BACKLOG)?;
+    Ok(socket.into())
 }
