@@ -7,10 +7,12 @@
 //! only the connections whose time came, so an idle connection costs nothing between its
 //! deadlines, however many there are (the loop used to visit every connection every tick).
 //!
-//! Entries are never removed early. A connection that needs an earlier check gets a second
-//! entry; the wheel remembers each slot's earliest, and an entry that is not it (or whose
-//! connection has gone) is dropped when its bucket comes round. A check that comes early does
-//! no harm: the connection finds nothing due and says when it next needs one.
+//! A connection that needs an earlier check gets a second entry; the wheel remembers each
+//! slot's earliest, and an entry that is not it is dropped when its bucket comes round. A
+//! check that comes early does no harm: the connection finds nothing due and says when it
+//! next needs one. A connection that goes takes its earliest entry with it (a scan of one
+//! bucket, once per connection, and only of a bucket of up to [`FORGET_SCAN`]), and a bucket that held many entries gives the room back once
+//! they are gone: after a burst of ten thousand connections the wheel holds none of theirs.
 
 use std::time::{Duration, Instant};
 
@@ -35,6 +37,19 @@ impl Check {
 /// Buckets in the wheel: with 100 ms ticks, a deadline less than 102.4 s away is visited only
 /// when it is due; a later one is passed over once per turn.
 const BUCKETS: usize = 1024;
+
+/// A closing connection's entry is looked for in buckets up to this long.
+const FORGET_SCAN: usize = 512;
+
+/// A bucket keeps room for this many entries whatever it held before.
+const BUCKET_KEEP: usize = 64;
+
+/// Gives back most of a bucket's room once it holds less than a quarter of it.
+fn shrink(bucket: &mut Vec<Entry>) {
+    if bucket.capacity() > BUCKET_KEEP && bucket.len() * 4 < bucket.capacity() {
+        bucket.shrink_to((bucket.len() * 2).max(BUCKET_KEEP));
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -115,10 +130,29 @@ impl Wheel {
         self.buckets[(tick % BUCKETS as u64) as usize].push(Entry { slot, serial, tick });
     }
 
-    /// The connection in `slot` has gone: its entries will be dropped.
+    /// The connection in `slot` has gone: its earliest entry goes now, any other when its
+    /// bucket comes round.
     pub(crate) fn forget(&mut self, slot: usize) {
-        if let Some(s) = self.scheduled.get_mut(slot) {
-            s.tick = 0;
+        let Some(s) = self.scheduled.get_mut(slot) else {
+            return;
+        };
+        let (serial, tick) = (s.serial, s.tick);
+        s.tick = 0;
+        if tick == 0 {
+            return;
+        }
+        let bucket = &mut self.buckets[(tick % BUCKETS as u64) as usize];
+        // Closing a crowd of connections that share a tick must not cost the square of it:
+        // past this many, the entry stays until its bucket comes round.
+        if bucket.len() > FORGET_SCAN {
+            return;
+        }
+        if let Some(i) = bucket
+            .iter()
+            .position(|e| (e.slot, e.serial, e.tick) == (slot, serial, tick))
+        {
+            bucket.swap_remove(i);
+            shrink(bucket);
         }
     }
 
@@ -146,6 +180,7 @@ impl Wheel {
                 }
                 false
             });
+            shrink(bucket);
         }
         self.now = target;
     }
@@ -154,6 +189,12 @@ impl Wheel {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.buckets.iter().map(Vec::len).sum()
+    }
+
+    /// Room for entries, in entries (for tests).
+    #[cfg(test)]
+    fn room(&self) -> usize {
+        self.buckets.iter().map(Vec::capacity).sum()
     }
 }
 
@@ -259,5 +300,41 @@ mod tests {
         let mut got = due(&mut w, t0 + Duration::from_secs(1000));
         got.sort();
         assert_eq!(got, vec![(3, 1), (4, 1)]);
+    }
+
+    #[test]
+    fn a_connection_that_goes_takes_its_entry_and_a_burst_gives_its_room_back() {
+        let t0 = Instant::now();
+        let mut w = Wheel::new(t0, P);
+        // Ten thousand connections, each idle until 30 s from now (spread over 100 ticks, as
+        // over 10 s of arrivals), then all gone.
+        for slot in 0..10_000 {
+            let at = t0 + Duration::from_secs(30) + Duration::from_millis(slot as u64 % 100 * 100);
+            w.schedule(slot, 1, Check::At(at));
+        }
+        assert_eq!(w.len(), 10_000);
+        for slot in 0..10_000 {
+            w.forget(slot);
+        }
+        assert_eq!(w.len(), 0);
+        assert!(w.room() <= BUCKETS * BUCKET_KEEP, "{}", w.room());
+        // Spread over the wheel, then due: visiting their buckets gives the room back.
+        for slot in 0..10_000 {
+            let at = t0 + Duration::from_millis(100 * (slot as u64 % 50) + 100);
+            w.schedule(slot, 2, Check::At(at));
+        }
+        assert_eq!(due(&mut w, t0 + Duration::from_secs(6)).len(), 10_000);
+        assert!(w.room() <= BUCKETS * BUCKET_KEEP, "{}", w.room());
+        // A crowd on one tick is not scanned for: its entries go when their bucket comes.
+        for slot in 0..2_000 {
+            w.schedule(slot, 3, Check::At(t0 + Duration::from_secs(20)));
+        }
+        for slot in 0..2_000 {
+            w.forget(slot);
+        }
+        assert!(w.len() > 1_000, "{}", w.len());
+        assert!(due(&mut w, t0 + Duration::from_secs(20)).is_empty());
+        assert_eq!(w.len(), 0);
+        assert!(w.room() <= BUCKETS * BUCKET_KEEP, "{}", w.room());
     }
 }
