@@ -1,13 +1,18 @@
 //! Waits that hold no thread (`cargo bench -p benches --bench waits`, after `cargo build
 //! --release -p ankh`):
 //!
-//! 1. **Memory per suspended call.** ankh at its defaults but for `--max-calls 10000` (and a
-//!    queue as deep, for the burst); 10,000
-//!    clients each ask `/bench/sleep?ms=10000` at once. Once `/metrics` says all 10,000 calls
+//! 1. **Memory per suspended call.** ankh at its defaults but for `--max-calls` four times
+//!    the sleepers (one plugin may hold a quarter of the server's calls, `max_concurrency`)
+//!    and a queue as deep as the burst; 2,000 clients each ask `/bench/sleep?ms=10000` at
+//!    once. (10,000 until 2026-12-07: a plugin's share would then be 40,000 calls, more
+//!    instance slots than the pooling allocator could reserve here, and on demand, instance
+//!    10,000 did not get its mappings.) Once `/metrics` says all 2,000 calls
 //!    are in flight (each suspended, holding an instance and a fiber stack), the server's
 //!    resident memory is read and compared with what it held before; `/bench/` is asked ten
 //!    times meanwhile (its latency, beside the same on the idle server). Then every client must
-//!    get its answer.
+//!    get its answer. Where the memory went is read from `/proc/PID/smaps`: the growth of
+//!    each mapping, largest first (the pooling allocator's reservations for linear memories
+//!    and fiber stacks, the allocator's heap, ...).
 //! 2. **Suspend and resume.** A call that sleeps 1 ms, 100 connections at once: the cost of a
 //!    wait that suspends (req/s, and the server's CPU per request from `/proc`), against the
 //!    same requests that do not sleep, in the same run.
@@ -21,7 +26,7 @@ use std::time::{Duration, Instant};
 use benches::{Ankh, get, metric};
 use serde_json::json;
 
-const SLEEPERS: usize = 10_000;
+const SLEEPERS: usize = 2_000;
 const SLEEP_MS: u64 = 10_000;
 /// Threads opening the sleepers' connections.
 const OPENERS: usize = 8;
@@ -52,14 +57,85 @@ fn instances(ankh: &Ankh) -> f64 {
         .sum()
 }
 
+/// A mapping of a process: its address range, resident KiB and what it maps.
+struct Mapping {
+    from: u64,
+    to: u64,
+    rss_kib: u64,
+    name: String,
+}
+
+/// The mappings of process `pid`, from `/proc/PID/smaps`.
+fn mappings(pid: u32) -> Vec<Mapping> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let mut out: Vec<Mapping> = Vec::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or("");
+        if let Some((from, to)) = first.split_once('-')
+            && let (Ok(from), Ok(to)) = (u64::from_str_radix(from, 16), u64::from_str_radix(to, 16))
+        {
+            let name = words.nth(4).unwrap_or("[anonymous]").to_owned();
+            out.push(Mapping {
+                from,
+                to,
+                rss_kib: 0,
+                name,
+            });
+        } else if first == "Rss:"
+            && let (Some(last), Some(kib)) = (out.last_mut(), words.next())
+        {
+            last.rss_kib = kib.parse().unwrap_or(0);
+        }
+    }
+    out
+}
+
+/// Where resident memory grew from `before` to `after`, in KiB per call, largest first. A
+/// mapping of `after` counts toward the mapping of `before` it lies in (the pooling
+/// allocator's reservations are split into many once slots are made accessible), or
+/// toward its own name if it is new.
+fn growth(before: &[Mapping], after: &[Mapping], calls: usize) -> Vec<(String, f64)> {
+    let describe = |m: &Mapping| {
+        let kib = (m.to - m.from) / 1024;
+        if kib >= 1 << 20 {
+            format!("{} ({:.1} GiB)", m.name, kib as f64 / (1 << 20) as f64)
+        } else {
+            format!("{} ({:.1} MiB)", m.name, kib as f64 / 1024.0)
+        }
+    };
+    let mut grown: Vec<(String, f64)> = Vec::new();
+    let mut add = |key: String, kib: f64| match grown.iter_mut().find(|(k, _)| *k == key) {
+        Some(entry) => entry.1 += kib,
+        None => grown.push((key, kib)),
+    };
+    for b in before {
+        add(describe(b), -(b.rss_kib as f64));
+    }
+    for a in after {
+        let key = before
+            .iter()
+            .find(|b| b.from <= a.from && a.from < b.to)
+            .map_or_else(|| format!("new: {}", a.name), describe);
+        add(key, a.rss_kib as f64);
+    }
+    for entry in &mut grown {
+        entry.1 /= calls as f64;
+    }
+    grown.sort_by(|a, b| b.1.total_cmp(&a.1));
+    grown.truncate(6);
+    grown
+}
+
 fn sleepers(plugin: &std::path::Path) -> serde_json::Value {
     let ankh = benches::start_ankh(
         plugin,
         "index.wasm",
         &[
             // Room for the sleepers, and for the requests asked while they sleep.
+            // One plugin holds at most a quarter of them (its `max_concurrency`).
             "--max-calls",
-            &(SLEEPERS + 64).to_string(),
+            &(4 * (SLEEPERS + 64)).to_string(),
             // The burst arrives faster than calls start: room to queue it rather than 503.
             "--queue-depth",
             &SLEEPERS.to_string(),
@@ -73,6 +149,7 @@ fn sleepers(plugin: &std::path::Path) -> serde_json::Value {
     // Warm: an instance, the caches, the allocator.
     let idle: Vec<Duration> = (0..10).map(|_| timed_get(addr, "/")).collect();
     let base = ankh.rss_kib();
+    let maps_before = mappings(ankh.pid());
     let started = Instant::now();
     let openers: Vec<_> = (0..OPENERS)
         .map(|_| {
@@ -97,12 +174,15 @@ fn sleepers(plugin: &std::path::Path) -> serde_json::Value {
     {
         assert!(
             started.elapsed() < Duration::from_millis(SLEEP_MS),
-            "not all {SLEEPERS} calls were in flight before the first woke"
+            "not all {SLEEPERS} calls were in flight before the first woke: {} in flight, {} instances",
+            scrape(&ankh, "ankh_calls_in_flight"),
+            instances(&ankh)
         );
         std::thread::sleep(Duration::from_millis(20));
     }
     let all_in = started.elapsed();
     let full = ankh.rss_kib();
+    let grown = growth(&maps_before, &mappings(ankh.pid()), SLEEPERS);
     let instances = instances(&ankh);
     let busy: Vec<Duration> = (0..10).map(|_| timed_get(addr, "/")).collect();
     let mut ok = 0;
@@ -119,6 +199,9 @@ fn sleepers(plugin: &std::path::Path) -> serde_json::Value {
         base as f64 / 1024.0,
         full as f64 / 1024.0,
     );
+    for (mapping, kib) in &grown {
+        println!("  {kib:6.1} KiB per call: {mapping}");
+    }
     println!(
         "hello while they sleep: at most {:.2} ms (idle server: at most {:.2} ms)",
         max_ms(&busy),
@@ -132,6 +215,7 @@ fn sleepers(plugin: &std::path::Path) -> serde_json::Value {
         "rss_before_kib": base,
         "rss_with_calls_kib": full,
         "kib_per_suspended_call": per_call,
+        "kib_per_call_by_mapping": grown,
         "hello_max_ms_while_sleeping": max_ms(&busy),
         "hello_max_ms_idle": max_ms(&idle),
     })
