@@ -708,10 +708,11 @@ fn three_processes_run_each_tick_once_even_when_one_is_killed() {
         assert_eq!(*n, 1, "tick {due} ran {n} times: {ticks:?}");
     }
     // The job counts its run, then its tick: the process killed with -9 may have died
-    // between the two writes (CI saw it once), so one run may have no tick.
+    // between the two writes (CI saw it once), and a run going on as the probe reads may be
+    // between them too, so up to two runs may have no tick.
     let recorded = ticks.len() as u64;
     assert!(
-        runs == recorded || runs == recorded + 1,
+        (recorded..=recorded + 2).contains(&runs),
         "{runs} runs, {recorded} ticks: {ticks:?}"
     );
     // Every tick from the first to the last ran, but for the one the killed process may
