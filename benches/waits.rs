@@ -112,10 +112,12 @@ fn growth(before: &[Mapping], after: &[Mapping], calls: usize) -> Vec<(String, f
     for b in before {
         add(describe(b), -(b.rss_kib as f64));
     }
+    // smaps lists mappings by address: the one `a` may lie in is the last that starts at or
+    // before it (there are tens of thousands with the calls in flight).
     for a in after {
-        let key = before
-            .iter()
-            .find(|b| b.from <= a.from && a.from < b.to)
+        let key = before[..before.partition_point(|b| b.from <= a.from)]
+            .last()
+            .filter(|b| a.from < b.to)
             .map_or_else(|| format!("new: {}", a.name), describe);
         add(key, a.rss_kib as f64);
     }
@@ -182,9 +184,11 @@ fn sleepers(plugin: &std::path::Path) -> serde_json::Value {
     }
     let all_in = started.elapsed();
     let full = ankh.rss_kib();
-    let grown = growth(&maps_before, &mappings(ankh.pid()), SLEEPERS);
+    let maps_full = mappings(ankh.pid());
     let instances = instances(&ankh);
     let busy: Vec<Duration> = (0..10).map(|_| timed_get(addr, "/")).collect();
+    // Compared once the timed requests are done, so that they are asked while the calls sleep.
+    let grown = growth(&maps_before, &maps_full, SLEEPERS);
     let mut ok = 0;
     for c in clients {
         let mut line = String::new();

@@ -622,28 +622,18 @@ fn ten_thousand_abandoned_exchanges_leak_nothing() {
     // of it still allocated) is not a leak, and made this test fail 3 runs in 18 when it
     // sent them unpaced. Paced, RSS moves by -15 to +6 MiB, and a leak of 4 KiB per
     // connection put in on purpose (+38 MiB) fails the bound below.
-    let counter =
-        |scrape: &prometheus_parse::Scrape, name| crate::metrics::value(scrape, name, &[]);
-    let mut accepted = counter(&crate::metrics::scrape(admin), "ankh_connections_total");
+    let mut accepted = crate::metrics::value(
+        &crate::metrics::scrape(admin),
+        "ankh_connections_total",
+        &[],
+    );
     for batch in 0..20 {
         for i in 0..500 {
             abandon(batch * 500 + i);
         }
         accepted += 500.0;
-        let started = Instant::now();
-        loop {
-            let scrape = crate::metrics::scrape(admin);
-            let total = counter(&scrape, "ankh_connections_total");
-            if total >= accepted && counter(&scrape, "ankh_connections_open") == 0.0 {
-                accepted = total;
-                break;
-            }
-            assert!(
-                started.elapsed() < PATIENCE,
-                "batch {batch}: {total} accepted"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::metrics::wait_metric(admin, "ankh_connections_total", &[], |v| v >= accepted);
+        crate::metrics::wait_metric(admin, "ankh_connections_open", &[], |v| v == 0.0);
     }
     let mut fds_after = s.open_fds();
     // Then the last batch's departures are noticed too (bounded by PATIENCE).

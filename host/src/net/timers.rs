@@ -11,8 +11,9 @@
 //! slot's earliest, and an entry that is not it is dropped when its bucket comes round. A
 //! check that comes early does no harm: the connection finds nothing due and says when it
 //! next needs one. A connection that goes takes its earliest entry with it (a scan of one
-//! bucket, once per connection, and only of a bucket of up to [`FORGET_SCAN`]), and a bucket that held many entries gives the room back once
-//! they are gone: after a burst of ten thousand connections the wheel holds none of theirs.
+//! bucket, once per connection, and only of a bucket of up to [`FORGET_SCAN`]), and a bucket
+//! that held many entries gives the room back once they are gone: after a burst of ten
+//! thousand connections the wheel holds none of theirs.
 
 use std::time::{Duration, Instant};
 
