@@ -5,23 +5,26 @@
 # requests over one keep-alive connection (curl), counting only those, and prints
 # instructions per request (the kernel's share, `recv` and `send`, is not counted).
 #
-#   benches/instructions.sh [-n REQUESTS] [-p PATH] [-P WASM] [-a FLAGS] [-H HEADER] [-b BYTES] BIN...
+#   benches/instructions.sh [-n REQUESTS] [-p PATH] [-P WASM] [-a FLAGS] [-H HEADER] [-b BYTES] [-o DIR] BIN...
 #
 # -P serves another component as index.wasm instead, with no policy. -a gives the server more
 # flags (`-a "--otlp-endpoint http://127.0.0.1:4318"`); -H sends a header with each request
-# (`-H "traceparent: 00-...-01"`); -b POSTs a body of BYTES bytes with each.
+# (`-H "traceparent: 00-...-01"`); -b POSTs a body of BYTES bytes with each. -o keeps each
+# binary's profile as DIR/NAME.callgrind, for `callgrind_annotate` (by function, where the
+# instructions went).
 #
 # Needs valgrind and curl (Debian packages of the same names). Takes about a minute per binary.
 set -euo pipefail
-requests=4000 path=/ other="" flags="" header="" body=""
-while getopts "n:p:P:a:H:b:" opt; do
+requests=4000 path=/ other="" flags="" header="" body="" keep=""
+while getopts "n:p:P:a:H:b:o:" opt; do
     case $opt in
         n) requests=$OPTARG ;; p) path=$OPTARG ;; P) other=$OPTARG ;;
-        a) flags=$OPTARG ;; H) header=$OPTARG ;; b) body=$OPTARG ;; *) exit 2 ;;
+        a) flags=$OPTARG ;; H) header=$OPTARG ;; b) body=$OPTARG ;; o) keep=$OPTARG ;;
+        *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-n REQUESTS] [-p PATH] [-P WASM] [-a FLAGS] [-H HEADER] [-b BYTES] BIN..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [-n REQUESTS] [-p PATH] [-P WASM] [-a FLAGS] [-H HEADER] [-b BYTES] [-o DIR] BIN..." >&2; exit 2; }
 for tool in valgrind callgrind_control callgrind_annotate curl; do
     command -v $tool >/dev/null || { echo "needs $tool (apt-get install valgrind curl)" >&2; exit 2; }
 done
@@ -65,5 +68,8 @@ for bin in "$@"; do
     kill "$pid"; wait "$pid" 2>/dev/null || true
     total=$(callgrind_annotate --auto=no "$(ls "$work"/run/out.*.1 | head -1)" 2>/dev/null |
         awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+    if [ -n "$keep" ]; then
+        mkdir -p "$keep" && cp "$(ls "$work"/run/out.*.1 | head -1)" "$keep/$(basename "$bin").callgrind"
+    fi
     echo "$bin: $((total / requests)) instructions per request ($requests requests, $path${body:+, POST $body bytes})"
 done

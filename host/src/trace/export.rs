@@ -1,35 +1,38 @@
-//! The OTLP exporter: spans queue (bounded) for one thread, which sends them in batches as
-//! OTLP/HTTP protobuf (`POST /v1/traces`, `application/x-protobuf`, an
-//! `ExportTraceServiceRequest`) to a collector, typically one beside the server.
+//! The OTLP exporter: spans are written out as OTLP protobuf by the thread that ends them,
+//! into a buffer of that thread's (bounded), and one thread sends them in batches as
+//! OTLP/HTTP (`POST /v1/traces`, `application/x-protobuf`, an `ExportTraceServiceRequest`)
+//! to a collector, typically one beside the server.
 //!
-//! A request's thread only moves its spans into the queue: it never wakes the exporter, which
-//! sleeps for [`BATCH_EVERY`] at a time and is woken early only when a batch's worth of
-//! [`BATCH_SPANS`] is waiting. A batch the collector refuses or that cannot be sent within
-//! [`SEND_TIMEOUT`] is dropped, counted and warned about (rate-limited): tracing never holds
-//! up a request, and never grows memory past the queue of [`QUEUE_SPANS`].
+//! A request's thread writes its spans into its own buffer, under a lock only the exporter
+//! ever contends, and never wakes the exporter, which sleeps for [`BATCH_EVERY`] at a time
+//! and is woken early only when a buffer holds a batch's worth of [`BATCH_SPANS`]. The
+//! exporter swaps each buffer for an empty one and sends what it took. A batch the collector
+//! refuses or that cannot be sent within [`SEND_TIMEOUT`] is dropped, counted and warned
+//! about (rate-limited): tracing never holds up a request, and never grows memory past
+//! [`THREAD_BYTES`] a recording thread.
 //!
-//! The messages are written here, field by field, into buffers the thread keeps: building
-//! `opentelemetry-proto`'s structs for each span (a `String` or `Vec` per id, name, key and
-//! value) cost more than the request it traced. Those structs decode what is written, in the
+//! The messages are written here, field by field: building `opentelemetry-proto`'s structs
+//! for each span (a `String` or `Vec` per id, name, key and value) cost more than the request
+//! it traced, and so did moving each span through a queue to be written by the exporter
+//! (2.5k instructions a span, 2026-12-06). Those structs decode what is written, in the
 //! tests here and in the integration tests' receiver.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
-
-use crossbeam_channel::{Receiver, Sender};
 
 use super::{Attr, Kind, Span};
 
-/// Spans waiting for the exporter; more are dropped and counted.
-pub(crate) const QUEUE_SPANS: usize = 8192;
+/// Most bytes of written spans a thread holds for the exporter; past it, its spans are
+/// dropped and counted until the exporter takes them.
+pub(crate) const THREAD_BYTES: usize = 512 * 1024;
 
-/// Most spans in one request to the collector; a full batch wakes the exporter.
+/// Spans in a thread's buffer that wake the exporter (a batch).
 pub(crate) const BATCH_SPANS: usize = 512;
 
-/// Longest a span waits in the queue.
+/// Longest a span waits in its thread's buffer.
 pub(crate) const BATCH_EVERY: Duration = Duration::from_millis(500);
 
 /// Connecting, sending a batch and reading the answer, each.
@@ -115,20 +118,37 @@ pub(crate) struct Stats {
     pub failed_batches: AtomicU64,
 }
 
-/// What a request's thread and the exporter's share: the counters, and the flushes asked
-/// for and done (by number).
+/// What the recording threads and the exporter's share: the counters, the threads' buffers,
+/// and the flushes asked for and done (by number).
 #[derive(Debug, Default)]
 struct Shared {
     stats: Stats,
+    buffers: Mutex<Vec<Arc<Mutex<Buffer>>>>,
     flushes_asked: AtomicU64,
     flushes_done: Mutex<u64>,
     flushed: Condvar,
 }
 
-/// The queue in front of the exporter's thread.
+/// One thread's spans, written out, each as field 2 of a `ScopeSpans` (tag, length, `Span`).
+#[derive(Debug, Default)]
+struct Buffer {
+    bytes: Vec<u8>,
+    spans: usize,
+    /// One span being written (its length goes before it).
+    span: Vec<u8>,
+    /// The last address written out, and its text: a span's client is most often the
+    /// previous span's.
+    address: Option<(std::net::IpAddr, String)>,
+}
+
+thread_local! {
+    /// This thread's buffer, registered with the exporter on its first span.
+    static BUFFER: std::cell::OnceCell<Arc<Mutex<Buffer>>> = const { std::cell::OnceCell::new() };
+}
+
+/// The exporter: its thread, and what it shares with the threads that record spans.
 #[derive(Debug)]
 pub(crate) struct Exporter {
-    tx: Sender<Span>,
     thread: std::thread::Thread,
     shared: &'static Shared,
 }
@@ -136,37 +156,57 @@ pub(crate) struct Exporter {
 impl Exporter {
     /// Starts the thread that sends to `endpoint`, naming this process `service`.
     pub(crate) fn start(endpoint: Endpoint, service: &str) -> std::io::Result<Exporter> {
-        let (tx, rx) = crossbeam_channel::bounded(QUEUE_SPANS);
         let shared: &'static Shared = Box::leak(Box::default());
-        let encoder = Encoder::new(service);
+        let prefix = Prefix::new(service);
         let handle = std::thread::Builder::new()
             .name("ankh-otlp".into())
-            .spawn(move || run(&endpoint, &rx, encoder, shared))?;
+            .spawn(move || run(&endpoint, &prefix, shared))?;
         Ok(Exporter {
-            tx,
             thread: handle.thread().clone(),
             shared,
         })
     }
 
-    pub(crate) fn push(&self, span: Span) {
-        if self.tx.try_send(span).is_err() {
+    /// Writes `span` into this thread's buffer (or drops it, counted, when the buffer is
+    /// full); a buffer that holds a batch wakes the exporter.
+    pub(crate) fn record(&self, span: &Span) {
+        let written = BUFFER.try_with(|buffer| {
+            let buffer = buffer.get_or_init(|| {
+                let buffer = Arc::new(Mutex::new(Buffer::default()));
+                lock(&self.shared.buffers).push(buffer.clone());
+                buffer
+            });
+            let mut b = lock(buffer);
+            if b.bytes.len() >= THREAD_BYTES {
+                return false;
+            }
+            let Buffer {
+                bytes,
+                spans,
+                span: one,
+                address,
+            } = &mut *b;
+            one.clear();
+            write_span(one, address, span);
+            delimited(bytes, 2, one);
+            *spans += 1;
+            if *spans == BATCH_SPANS {
+                drop(b);
+                self.thread.unpark();
+            }
+            true
+        });
+        // Not written: the buffer is full, or this thread's locals are being torn down.
+        if !matches!(written, Ok(true)) {
             self.shared.stats.dropped.fetch_add(1, Ordering::Relaxed);
-        } else if self.tx.len() >= BATCH_SPANS {
-            // An atomic swap unless the exporter sleeps: then one wake for a whole batch.
-            self.thread.unpark();
         }
     }
 
-    /// Has the exporter send what is queued now, and waits for it (at most `patience`).
+    /// Has the exporter send what is buffered now, and waits for it (at most `patience`).
     pub(crate) fn flush(&self, patience: Duration) {
         let asked = self.shared.flushes_asked.fetch_add(1, Ordering::AcqRel) + 1;
         self.thread.unpark();
-        let done = self
-            .shared
-            .flushes_done
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let done = lock(&self.shared.flushes_done);
         let _ = self
             .shared
             .flushed
@@ -178,46 +218,51 @@ impl Exporter {
     }
 }
 
-/// The exporter's thread: sleeps, drains the queue in batches, sends, counts.
-fn run(endpoint: &Endpoint, rx: &Receiver<Span>, mut encoder: Encoder, shared: &Shared) {
+/// A lock that a panic elsewhere does not poison for good: spans are plain bytes.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The exporter's thread: sleeps, takes each thread's spans, sends them, counts.
+fn run(endpoint: &Endpoint, prefix: &Prefix, shared: &Shared) {
     let stats = &shared.stats;
-    let mut batch = Vec::with_capacity(BATCH_SPANS);
+    // What a buffer is swapped for: the one taken last time, emptied.
+    let mut spare = Vec::new();
+    let mut head = Vec::new();
     loop {
         std::thread::park_timeout(BATCH_EVERY);
         let asked = shared.flushes_asked.load(Ordering::Acquire);
-        loop {
-            batch.extend(rx.try_iter().take(BATCH_SPANS));
-            if batch.is_empty() {
-                break;
-            }
-            let full = batch.len() == BATCH_SPANS;
-            let body = encoder.encode(&batch);
-            match send(endpoint, body) {
+        let buffers = {
+            let mut all = lock(&shared.buffers);
+            // A thread that ended dropped its handle: its buffer goes once it is empty.
+            all.retain(|b| Arc::strong_count(b) > 1 || lock(b).spans > 0);
+            all.clone()
+        };
+        for buffer in buffers {
+            let spans = {
+                let mut b = lock(&buffer);
+                if b.spans == 0 {
+                    continue;
+                }
+                std::mem::swap(&mut b.bytes, &mut spare);
+                std::mem::take(&mut b.spans)
+            };
+            prefix.write(&mut head, spare.len());
+            match send(endpoint, &head, &spare) {
                 Ok(()) => {
-                    stats
-                        .exported
-                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    stats.exported.fetch_add(spans as u64, Ordering::Relaxed);
                 }
                 Err(why) => {
                     stats.failed_batches.fetch_add(1, Ordering::Relaxed);
-                    stats
-                        .dropped
-                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    stats.dropped.fetch_add(spans as u64, Ordering::Relaxed);
                     warn_limited!(
-                        "cannot export {} spans to {endpoint}: {why}; they are dropped",
-                        batch.len()
+                        "cannot export {spans} spans to {endpoint}: {why}; they are dropped"
                     );
                 }
             }
-            batch.clear();
-            if !full {
-                break;
-            }
+            spare.clear();
         }
-        let mut done = shared
-            .flushes_done
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut done = lock(&shared.flushes_done);
         if *done < asked {
             *done = asked;
             shared.flushed.notify_all();
@@ -225,23 +270,16 @@ fn run(endpoint: &Endpoint, rx: &Receiver<Span>, mut encoder: Encoder, shared: &
     }
 }
 
-/// Writes export requests: the resource and scope once, each batch's spans into buffers kept
-/// from one batch to the next.
-struct Encoder {
+/// The start of every export request: the resource and the scope, written once; the spans
+/// follow it.
+struct Prefix {
     /// `ResourceSpans.resource` and `ScopeSpans.scope`, with their tags and lengths.
     resource: Vec<u8>,
     scope: Vec<u8>,
-    /// The batch's spans, each with its tag and length; one span being written.
-    spans: Vec<u8>,
-    span: Vec<u8>,
-    /// The last address written out, and its text: a span's client is most often the
-    /// previous span's.
-    address: Option<(std::net::IpAddr, String)>,
-    body: Vec<u8>,
 }
 
-impl Encoder {
-    fn new(service: &str) -> Encoder {
+impl Prefix {
+    fn new(service: &str) -> Prefix {
         let mut attributes = Vec::new();
         key_value(&mut attributes, 1, "service.name", Value::Text(service));
         key_value(
@@ -263,36 +301,21 @@ impl Encoder {
         delimited(&mut scope_fields, 2, env!("CARGO_PKG_VERSION").as_bytes());
         let mut scope = Vec::new();
         delimited(&mut scope, 1, &scope_fields);
-        Encoder {
-            resource,
-            scope,
-            spans: Vec::new(),
-            span: Vec::new(),
-            address: None,
-            body: Vec::new(),
-        }
+        Prefix { resource, scope }
     }
 
-    /// One `ExportTraceServiceRequest` of `spans`, in one `ResourceSpans` and `ScopeSpans`.
-    fn encode(&mut self, spans: &[Span]) -> &[u8] {
-        self.spans.clear();
-        for span in spans {
-            self.span.clear();
-            write_span(&mut self.span, &mut self.address, span);
-            delimited(&mut self.spans, 2, &self.span);
-        }
-        let scope_spans = self.scope.len() + self.spans.len();
+    /// Into `head`: an `ExportTraceServiceRequest` up to its spans, which are `spans` bytes
+    /// long (written spans, each with its tag and length).
+    fn write(&self, head: &mut Vec<u8>, spans: usize) {
+        let scope_spans = self.scope.len() + spans;
         let resource_spans = self.resource.len() + 1 + varint_len(scope_spans as u64) + scope_spans;
-        let body = &mut self.body;
-        body.clear();
-        tag(body, 1, LEN);
-        varint(body, resource_spans as u64);
-        body.extend_from_slice(&self.resource);
-        tag(body, 2, LEN);
-        varint(body, scope_spans as u64);
-        body.extend_from_slice(&self.scope);
-        body.extend_from_slice(&self.spans);
-        &self.body
+        head.clear();
+        tag(head, 1, LEN);
+        varint(head, resource_spans as u64);
+        head.extend_from_slice(&self.resource);
+        tag(head, 2, LEN);
+        varint(head, scope_spans as u64);
+        head.extend_from_slice(&self.scope);
     }
 }
 
@@ -368,6 +391,7 @@ enum Value<'a> {
 }
 
 /// A `KeyValue` as field `field` of its message.
+#[inline]
 fn key_value(out: &mut Vec<u8>, field: u32, key: &str, value: Value<'_>) {
     // `AnyValue { string_value = 1, int_value = 3 }`.
     let any = match value {
@@ -395,11 +419,18 @@ const FIXED64: u32 = 1;
 const LEN: u32 = 2;
 const FIXED32: u32 = 5;
 
+#[inline]
 fn tag(out: &mut Vec<u8>, field: u32, wire: u32) {
     varint(out, u64::from(field << 3 | wire));
 }
 
+#[inline]
 fn varint(out: &mut Vec<u8>, mut v: u64) {
+    // Tags, lengths, kinds: nearly every varint here fits in one byte.
+    if v < 0x80 {
+        out.push(v as u8);
+        return;
+    }
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -407,20 +438,23 @@ fn varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+#[inline]
 fn varint_len(v: u64) -> usize {
     let bits = u64::BITS - (v | 1).leading_zeros();
     bits.div_ceil(7) as usize
 }
 
 /// A length-delimited field: bytes, a string or a message.
+#[inline]
 fn delimited(out: &mut Vec<u8>, field: u32, data: &[u8]) {
     tag(out, field, LEN);
     varint(out, data.len() as u64);
     out.extend_from_slice(data);
 }
 
-/// POSTs one batch; `Err` with why when it was not taken (a 2xx answer).
-fn send(endpoint: &Endpoint, body: &[u8]) -> Result<(), String> {
+/// POSTs one batch, `head` then `spans`; `Err` with why when it was not taken (a 2xx
+/// answer).
+fn send(endpoint: &Endpoint, head: &[u8], spans: &[u8]) -> Result<(), String> {
     let addr = (endpoint.host.as_str(), endpoint.port)
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve {}: {e}", endpoint.host))?
@@ -436,14 +470,15 @@ fn send(endpoint: &Endpoint, body: &[u8]) -> Result<(), String> {
     } else {
         format!("{}:{}", endpoint.host, endpoint.port)
     };
-    let head = format!(
+    let request = format!(
         "POST {} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         endpoint.path,
-        body.len()
+        head.len() + spans.len()
     );
     stream
-        .write_all(head.as_bytes())
-        .and_then(|()| stream.write_all(body))
+        .write_all(request.as_bytes())
+        .and_then(|()| stream.write_all(head))
+        .and_then(|()| stream.write_all(spans))
         .map_err(|e| e.to_string())?;
     // The status line is all that matters; the rest is read (a little) and dropped.
     let mut answer = [0u8; 256];
@@ -557,8 +592,7 @@ mod tests {
             ),
             span(None, Vec::new()),
         ];
-        let mut encoder = Encoder::new("svc");
-        let bytes = encoder.encode(&spans).to_vec();
+        let bytes = encode("svc", &spans);
         let back = ExportTraceServiceRequest::decode(bytes.as_slice()).unwrap();
 
         let expected = ExportTraceServiceRequest {
@@ -624,10 +658,115 @@ mod tests {
         };
         assert_eq!(back, expected);
         assert_eq!(bytes, expected.encode_to_vec());
-        // The buffers are reused: a second batch is written from scratch.
-        let again = encoder.encode(&spans[1..]).to_vec();
-        let back = ExportTraceServiceRequest::decode(again.as_slice()).unwrap();
-        assert_eq!(back.resource_spans[0].scope_spans[0].spans.len(), 1);
+    }
+
+    /// An export request of `spans`, written as a thread's buffer and the exporter's prefix
+    /// write it.
+    fn encode(service: &str, spans: &[Span]) -> Vec<u8> {
+        let mut buffer = Buffer::default();
+        for span in spans {
+            buffer.span.clear();
+            write_span(&mut buffer.span, &mut buffer.address, span);
+            delimited(&mut buffer.bytes, 2, &buffer.span);
+        }
+        let mut body = Vec::new();
+        Prefix::new(service).write(&mut body, buffer.bytes.len());
+        body.extend_from_slice(&buffer.bytes);
+        body
+    }
+
+    /// Spans recorded on several threads reach the collector, each once.
+    #[test]
+    fn spans_from_many_threads_are_sent_each_once() {
+        use std::io::BufRead;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let received = std::thread::spawn(move || {
+            let mut spans = 0;
+            let mut posts = 0;
+            for stream in listener.incoming() {
+                let mut reader = std::io::BufReader::new(stream.unwrap());
+                let mut length = 0;
+                loop {
+                    let mut line = String::new();
+                    reader.read_line(&mut line).unwrap();
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse::<usize>().unwrap();
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body).unwrap();
+                let request = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
+                spans += request.resource_spans[0].scope_spans[0].spans.len();
+                posts += 1;
+                reader
+                    .get_mut()
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                    .unwrap();
+                if spans >= 4 * 1000 {
+                    return (spans, posts);
+                }
+            }
+            unreachable!()
+        });
+        let endpoint: Endpoint = format!("http://127.0.0.1:{port}").parse().unwrap();
+        let exporter: &'static Exporter =
+            Box::leak(Box::new(Exporter::start(endpoint, "t").unwrap()));
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..1000 {
+                        exporter.record(&span(None, vec![("n", Attr::Int(1))]));
+                    }
+                });
+            }
+        });
+        exporter.flush(Duration::from_secs(10));
+        let (spans, posts) = received.join().unwrap();
+        assert_eq!(spans, 4000);
+        assert!(posts >= 4, "one post or more per thread: {posts}");
+        assert_eq!(exporter.stats().exported.load(Ordering::Relaxed), 4000);
+        assert_eq!(exporter.stats().dropped.load(Ordering::Relaxed), 0);
+    }
+
+    /// While the collector does not answer, a thread's buffer stops at its bound: the spans
+    /// past it are dropped and counted, and recording never waits.
+    #[test]
+    fn a_thread_buffers_no_more_than_its_bound() {
+        // Accepted by the kernel, never answered: the exporter waits in its first send.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint: Endpoint = format!("http://{}", silent.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let exporter: &'static Exporter =
+            Box::leak(Box::new(Exporter::start(endpoint, "t").unwrap()));
+        let one = {
+            let mut b = Buffer::default();
+            write_span(&mut b.span, &mut b.address, &span(None, Vec::new()));
+            delimited(&mut b.bytes, 2, &b.span);
+            b.bytes.len()
+        };
+        // The exporter takes one buffer at most (a batch, or what it found on waking) before
+        // it waits; twice the bound is more than both.
+        let written = 2 * (THREAD_BYTES / one + BATCH_SPANS);
+        let started = std::time::Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..written {
+                    exporter.record(&span(None, Vec::new()));
+                }
+            });
+        });
+        assert!(started.elapsed() < SEND_TIMEOUT, "recording waited");
+        let dropped = exporter.stats().dropped.load(Ordering::Relaxed) as usize;
+        assert!(
+            dropped >= written - 2 * (THREAD_BYTES / one + 1) - BATCH_SPANS,
+            "{dropped} of {written} dropped"
+        );
+        assert_eq!(exporter.stats().exported.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -347,7 +347,7 @@ pub fn exporting() -> bool {
     EXPORTER.get().is_some()
 }
 
-/// Sends the spans still queued, waiting at most [`export::FLUSH_PATIENCE`]: a server that
+/// Sends the spans still buffered, waiting at most [`export::FLUSH_PATIENCE`]: a server that
 /// stops does not lose the spans of its last requests.
 pub fn flush() {
     if let Some(exporter) = EXPORTER.get() {
@@ -355,12 +355,12 @@ pub fn flush() {
     }
 }
 
-/// Sends a finished span (dropped, and counted, when the exporter's queue is full).
+/// Sends a finished span (dropped, and counted, when its thread's buffer is full).
 pub fn record(span: Span) {
     if let Some(exporter) = EXPORTER.get()
         && span.context.sampled
     {
-        exporter.push(span);
+        exporter.record(&span);
     }
 }
 
