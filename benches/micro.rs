@@ -255,11 +255,11 @@ fn plugin(c: &mut Criterion) {
         // serves every call.
         let mut request = request.clone();
         let mut call_once = || {
-            let call = Exchange::new(
+            let call = Box::new(Exchange::new(
                 origin.clone(),
                 plugin.name.clone(),
                 ToReplies(reply.clone()),
-            );
+            ));
             let (outcome, _call) =
                 block_on(instance.handle_request(&mut request, call, Default::default()));
             match outcome.unwrap().answer() {
@@ -332,11 +332,11 @@ fn config(c: &mut Criterion) {
         let (mut request, origin) = request(raw.as_bytes(), "/configprobe");
         g.bench_function(format!("call-reading-{reads}"), |b| {
             b.iter(|| {
-                let call = Exchange::new(
+                let call = Box::new(Exchange::new(
                     origin.clone(),
                     plugin.name.clone(),
                     ToReplies(reply.clone()),
-                );
+                ));
                 let (outcome, _call) =
                     block_on(instance.handle_request(&mut request, call, Default::default()));
                 match outcome.unwrap().answer() {

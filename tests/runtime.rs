@@ -106,7 +106,7 @@ fn a_plugin_answers_through_the_runtime_alone() {
     let kept = Kept::default();
     let (outcome, call) = block_on(hello.handle_request(
         &mut request("/hello", "/hello"),
-        kept.clone(),
+        Box::new(kept.clone()),
         Cancel::default(),
     ));
     // The SDK's plugins answer with a packed buffer, read in place.
@@ -130,7 +130,7 @@ fn the_runtime_alone_enforces_a_calls_limits_and_its_cancellation() {
     let kept = Kept::default();
     let (outcome, _) = block_on(spin.handle_request(
         &mut request("/spin/loop", "/spin"),
-        kept.clone(),
+        Box::new(kept.clone()),
         Cancel::default(),
     ));
     let Err(failure) = outcome else {
@@ -147,7 +147,7 @@ fn the_runtime_alone_enforces_a_calls_limits_and_its_cancellation() {
     cancel.cancel();
     let mut req = request("/probe/sleep?ms=60000", "/probe");
     let started = std::time::Instant::now();
-    let (outcome, _) = block_on(probe.handle_request(&mut req, kept.clone(), cancel));
+    let (outcome, _) = block_on(probe.handle_request(&mut req, Box::new(kept.clone()), cancel));
     let Err(failure) = outcome else {
         panic!("a cancelled call fails");
     };

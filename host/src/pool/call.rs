@@ -211,7 +211,9 @@ impl Call {
         let plugin = self.plugin.clone();
         let (conn, seq) = (job.conn, job.seq);
         let to = to_connection(&self.reply, conn, seq);
-        let mut call = Exchange::new(origin, plugin.name.clone(), to);
+        // Boxed from the start: the store keeps it boxed during the call, and a future that
+        // held it by value would carry it twice (before the call and after).
+        let mut call = Box::new(Exchange::new(origin, plugin.name.clone(), to));
         if job.cancel.is_cancelled() {
             // The client left while the request waited in the queue: nobody wants the answer.
             plugin.metrics.cancellations.fetch_add(1, Ordering::Relaxed);
@@ -219,7 +221,7 @@ impl Call {
             return self.finish();
         }
         if plugin.service.is_some() {
-            return Box::pin(self.serve_service(job, call)).await;
+            return Box::pin(self.serve_service(job, *call)).await;
         }
         let instance = match self.instance().await {
             Ok(instance) => instance,
@@ -235,8 +237,9 @@ impl Call {
         let mut job = job;
         let slot = job.slot.take();
         let cancel = job.cancel.clone();
-        let mut request = job.request;
-        let (result, mut call) = instance.handle_request(&mut request, call, cancel).await;
+        // Used in place: moved out of the job, it would take room of its own in this future.
+        let request = &mut job.request;
+        let (result, mut call) = instance.handle_request(request, call, cancel).await;
         // Whether or not the call took it, the body is not the WebSocket's (`on-open` gets
         // the request without it).
         request.body = Vec::new();
@@ -287,7 +290,7 @@ impl Call {
                 }
             }
             Ok(Answer::Upgrade(upgrade)) => {
-                Box::pin(self.upgrade(&mut request, upgrade, &mut call, (conn, seq))).await;
+                Box::pin(self.upgrade(request, upgrade, &mut call, (conn, seq))).await;
             }
             Err(malformed) => {
                 // The instance is sound (nothing trapped): only its answer is unreadable.

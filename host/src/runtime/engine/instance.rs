@@ -29,7 +29,9 @@ use crate::runtime::sandbox::watch::Cancel;
 pub struct Instance {
     metrics: Arc<crate::metrics::PluginMetrics>,
     store: Store<HostState>,
-    bindings: Exports,
+    /// Boxed: a call's future holds its instance, and the exports' handles are most of it
+    /// (one box per instance, kept while the instance is reused).
+    bindings: Box<Exports>,
     /// Calls served, for recycling decisions and logs.
     pub calls: u64,
     /// Linear memory right after instantiation.
@@ -54,7 +56,7 @@ impl Instance {
         Ok(Instance {
             metrics,
             store,
-            bindings,
+            bindings: Box::new(bindings),
             calls: 0,
             start_bytes,
         })
@@ -66,9 +68,9 @@ impl Instance {
     pub async fn handle_request<R: Respond>(
         &mut self,
         request: &mut crate::runtime::engine::incoming::Incoming,
-        call: R,
+        call: Box<R>,
         cancel: Cancel,
-    ) -> (Result<Returned, Failure>, R) {
+    ) -> (Result<Returned, Failure>, Box<R>) {
         self.arm(Some(cancel));
         // Only a box and a flag live across the call: every call's future carries them.
         let traced = request.trace.is_some();
@@ -79,7 +81,7 @@ impl Instance {
         };
         let data = self.store.data_mut();
         data.tags.request.store(request.id, Ordering::Relaxed);
-        data.call = Some(Box::new(call));
+        data.call = Some(call);
         let result = self.bindings.handle_request(&mut self.store, request).await;
         let data = self.store.data_mut();
         data.tags.request.store(0, Ordering::Relaxed);

@@ -152,9 +152,9 @@ fn wit_error(e: StreamError) -> http::StreamError {
 }
 
 /// Takes back the exchange a call was given (see [`Respond`]), as the type it was given as.
-pub(crate) fn take_back<R: Respond>(call: Box<dyn Respond>) -> R {
+pub(crate) fn take_back<R: Respond>(call: Box<dyn Respond>) -> Box<R> {
     let call: Box<dyn Any> = call;
-    *call.downcast::<R>().unwrap_or_else(|_| {
+    call.downcast::<R>().unwrap_or_else(|_| {
         unreachable!("a call's exchange is taken back as the type it was given as")
     })
 }
