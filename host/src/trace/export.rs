@@ -678,41 +678,8 @@ mod tests {
     /// Spans recorded on several threads reach the collector, each once.
     #[test]
     fn spans_from_many_threads_are_sent_each_once() {
-        use std::io::BufRead;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let received = std::thread::spawn(move || {
-            let mut spans = 0;
-            let mut posts = 0;
-            for stream in listener.incoming() {
-                let mut reader = std::io::BufReader::new(stream.unwrap());
-                let mut length = 0;
-                loop {
-                    let mut line = String::new();
-                    reader.read_line(&mut line).unwrap();
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        length = v.trim().parse::<usize>().unwrap();
-                    }
-                    if line == "\r\n" {
-                        break;
-                    }
-                }
-                let mut body = vec![0; length];
-                reader.read_exact(&mut body).unwrap();
-                let request = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
-                spans += request.resource_spans[0].scope_spans[0].spans.len();
-                posts += 1;
-                reader
-                    .get_mut()
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
-                    .unwrap();
-                if spans >= 4 * 1000 {
-                    return (spans, posts);
-                }
-            }
-            unreachable!()
-        });
-        let endpoint: Endpoint = format!("http://127.0.0.1:{port}").parse().unwrap();
+        let receiver = ankh_test_support::otlp::Receiver::start();
+        let endpoint: Endpoint = receiver.endpoint().parse().unwrap();
         let exporter: &'static Exporter =
             Box::leak(Box::new(Exporter::start(endpoint, "t").unwrap()));
         std::thread::scope(|s| {
@@ -725,8 +692,9 @@ mod tests {
             }
         });
         exporter.flush(Duration::from_secs(10));
-        let (spans, posts) = received.join().unwrap();
-        assert_eq!(spans, 4000);
+        let spans = receiver.wait_for(Duration::from_secs(10), |s| s.len() >= 4000);
+        assert_eq!(spans.len(), 4000);
+        let posts = receiver.posts();
         assert!(posts >= 4, "one post or more per thread: {posts}");
         assert_eq!(exporter.stats().exported.load(Ordering::Relaxed), 4000);
         assert_eq!(exporter.stats().dropped.load(Ordering::Relaxed), 0);

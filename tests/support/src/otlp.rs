@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -49,6 +49,8 @@ impl ReceivedSpan {
 pub struct Receiver {
     pub addr: SocketAddr,
     spans: Arc<Mutex<Vec<ReceivedSpan>>>,
+    /// Export requests taken (answered 200).
+    posts: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
 }
 
@@ -57,19 +59,25 @@ impl Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the OTLP receiver");
         let addr = listener.local_addr().unwrap();
         let spans = Arc::new(Mutex::new(Vec::new()));
+        let posts = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (kept, stopped) = (spans.clone(), stop.clone());
+        let (kept, counted, stopped) = (spans.clone(), posts.clone(), stop.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 if stopped.load(Ordering::Acquire) {
                     return;
                 }
                 let Ok(conn) = conn else { continue };
-                let kept = kept.clone();
-                std::thread::spawn(move || serve(conn, &kept));
+                let (kept, counted) = (kept.clone(), counted.clone());
+                std::thread::spawn(move || serve(conn, &kept, &counted));
             }
         });
-        Receiver { addr, spans, stop }
+        Receiver {
+            addr,
+            spans,
+            posts,
+            stop,
+        }
     }
 
     /// The endpoint to give ankh (`--otlp-endpoint`).
@@ -83,6 +91,11 @@ impl Receiver {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// How many export requests it took.
+    pub fn posts(&self) -> usize {
+        self.posts.load(Ordering::Acquire)
     }
 
     /// Waits until `done` holds for the spans received; fails after `patience`.
@@ -115,7 +128,7 @@ impl Drop for Receiver {
 }
 
 /// One connection: requests until it closes.
-fn serve(conn: TcpStream, kept: &Mutex<Vec<ReceivedSpan>>) {
+fn serve(conn: TcpStream, kept: &Mutex<Vec<ReceivedSpan>>, posts: &AtomicUsize) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
     let mut writer = conn.try_clone().unwrap();
     let mut reader = BufReader::new(conn);
@@ -154,6 +167,7 @@ fn serve(conn: TcpStream, kept: &Mutex<Vec<ReceivedSpan>>) {
                 kept.lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .extend(spans_of(request));
+                posts.fetch_add(1, Ordering::AcqRel);
                 "200 OK"
             }
             Ok(_) => "404 Not Found",
