@@ -66,10 +66,11 @@ for bin in "$@"; do
     [ -z "$flags" ] || sleep 1
     callgrind_control -d "$pid" >/dev/null 2>&1
     kill "$pid"; wait "$pid" 2>/dev/null || true
-    total=$(callgrind_annotate --auto=no "$(ls "$work"/run/out.*.1 | head -1)" 2>/dev/null |
+    profile=$(ls "$work"/run/out.*.1 | head -1)
+    total=$(callgrind_annotate --auto=no "$profile" 2>/dev/null |
         awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
     if [ -n "$keep" ]; then
-        mkdir -p "$keep" && cp "$(ls "$work"/run/out.*.1 | head -1)" "$keep/$(basename "$bin").callgrind"
+        mkdir -p "$keep" && cp "$profile" "$keep/$(basename "$bin").callgrind"
     fi
     echo "$bin: $((total / requests)) instructions per request ($requests requests, $path${body:+, POST $body bytes})"
 done
