@@ -5,10 +5,12 @@
 # the machine's noise over all of them. Servers run as a user runs them (access log on, to a
 # file) unless -q turns the access log off.
 #
-#   benches/ab.sh [-p PATH] [-c CONNECTIONS] [-w WORKERS] [-r ROUNDS] [-d SECONDS] [-q] [-P WASM] [-b BYTES] BIN...
+#   benches/ab.sh [-p PATH] [-c CONNECTIONS] [-w WORKERS] [-r ROUNDS] [-d SECONDS] [-q] [-P WASM [-t POLICY]] [-b BYTES] BIN...
 #
 # -P serves another component as index.wasm instead, with no policy (a wasi:http component
-# built by the tests, say: target/wasm-plugins/wasm32-wasip2/release/httpecho.wasm). -b
+# built by the tests, say: target/wasm-plugins/wasm32-wasip2/release/httpecho.wasm), or with
+# the policy file -t (a grant for an outbound call: `-P probe.wasm -t probe.toml -p
+# "/fetch?url=http://127.0.0.1:PORT/"`, with a server of one's own on PORT). -b
 # POSTs a body of BYTES bytes with each request (the `echo` example answers it back:
 # `-P target/wasm-plugins/wasm32-wasip2/release/echo.wasm -b 1024`).
 #
@@ -20,16 +22,16 @@
 #   cp target/release/ankh /tmp/ankh-before && cargo build --release -p ankh
 #   benches/ab.sh /tmp/ankh-before target/release/ankh
 set -euo pipefail
-path=/ conns=64 workers="" rounds=5 secs=3 quiet="" other="" body=""
-while getopts "p:c:w:r:d:qP:b:" opt; do
+path=/ conns=64 workers="" rounds=5 secs=3 quiet="" other="" own_policy="" body=""
+while getopts "p:c:w:r:d:qP:t:b:" opt; do
     case $opt in
         p) path=$OPTARG ;; c) conns=$OPTARG ;; w) workers=$OPTARG ;;
         r) rounds=$OPTARG ;; d) secs=$OPTARG ;; q) quiet=1 ;; P) other=$OPTARG ;;
-        b) body=$OPTARG ;; *) exit 2 ;;
+        t) own_policy=$OPTARG ;; b) body=$OPTARG ;; *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-p PATH] [-c N] [-w N] [-r N] [-d S] [-q] [-P WASM] [-b BYTES] BIN..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [-p PATH] [-c N] [-w N] [-r N] [-d S] [-q] [-P WASM [-t POLICY]] [-b BYTES] BIN..." >&2; exit 2; }
 command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 # Where ankh-test-support's build script builds the plugins (every cargo build of the tests or
@@ -40,7 +42,7 @@ wasm=$plugins_target/wasm32-wasip2/release/bench.wasm
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 policy=$root/plugins/bench.toml
-if [ -n "$other" ]; then wasm=$(realpath "$other"); policy=""; fi
+if [ -n "$other" ]; then wasm=$(realpath "$other"); policy=${own_policy:+$(realpath "$own_policy")}; fi
 
 # -b: a wrk script that POSTs the body.
 script=()
@@ -69,7 +71,7 @@ for bin in "$@"; do
     n=$((n + 1)); dir=$work/plugins-$n; mkdir "$dir"; cp "$wasm" "$dir/index.wasm"
     [ -f "$policy" ] && cp "$policy" "$dir/index.toml"
     start "$bin" "$dir"
-    status=$(curl -s -o /dev/null -w '%{http_code}' "http://$(cat "$work/ready")/" || true)
+    status=$(curl -s -o /dev/null -w '%{http_code}' "http://$(cat "$work/ready")$path" || true)
     kill $pid; wait $pid 2>/dev/null || true
     if [ "$status" != 200 ] && [ -f "$dir/index.toml" ]; then
         echo "$bin: refuses $(basename "$policy") (an older binary): served without it" >&2

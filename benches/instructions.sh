@@ -5,9 +5,10 @@
 # requests over one keep-alive connection (curl), counting only those, and prints
 # instructions per request (the kernel's share, `recv` and `send`, is not counted).
 #
-#   benches/instructions.sh [-n REQUESTS] [-p PATH] [-P WASM] [-a FLAGS] [-H HEADER] [-b BYTES] [-o DIR] BIN...
+#   benches/instructions.sh [-n REQUESTS] [-p PATH] [-P WASM [-t POLICY]] [-a FLAGS] [-H HEADER] [-b BYTES] [-o DIR] BIN...
 #
-# -P serves another component as index.wasm instead, with no policy. -a gives the server more
+# -P serves another component as index.wasm instead, with no policy, or with the policy file
+# -t (a grant for an outbound call: `-P probe.wasm -t probe.toml -p "/fetch?url=..."`). -a gives the server more
 # flags (`-a "--otlp-endpoint http://127.0.0.1:4318"`); -H sends a header with each request
 # (`-H "traceparent: 00-...-01"`); -b POSTs a body of BYTES bytes with each. -o keeps each
 # binary's profile as DIR/NAME.callgrind, for `callgrind_annotate` (by function, where the
@@ -15,16 +16,16 @@
 #
 # Needs valgrind and curl (Debian packages of the same names). Takes about a minute per binary.
 set -euo pipefail
-requests=4000 path=/ other="" flags="" header="" body="" keep=""
-while getopts "n:p:P:a:H:b:o:" opt; do
+requests=4000 path=/ other="" policy="" flags="" header="" body="" keep=""
+while getopts "n:p:P:t:a:H:b:o:" opt; do
     case $opt in
-        n) requests=$OPTARG ;; p) path=$OPTARG ;; P) other=$OPTARG ;;
+        n) requests=$OPTARG ;; p) path=$OPTARG ;; P) other=$OPTARG ;; t) policy=$OPTARG ;;
         a) flags=$OPTARG ;; H) header=$OPTARG ;; b) body=$OPTARG ;; o) keep=$OPTARG ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-n REQUESTS] [-p PATH] [-P WASM] [-a FLAGS] [-H HEADER] [-b BYTES] [-o DIR] BIN..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [-n REQUESTS] [-p PATH] [-P WASM [-t POLICY.toml]] [-a FLAGS] [-H HEADER] [-b BYTES] [-o DIR] BIN..." >&2; exit 2; }
 for tool in valgrind callgrind_control callgrind_annotate curl; do
     command -v $tool >/dev/null || { echo "needs $tool (apt-get install valgrind curl)" >&2; exit 2; }
 done
@@ -44,7 +45,8 @@ if [ -n "$body" ]; then
     head -c "$body" /dev/zero | tr '\0' x >"$work/body"
     post=(-H "content-type: text/plain" --data-binary "@$work/body")
 fi
-[ -n "$other" ] || cp "$root/plugins/bench.toml" "$work/plugins/index.toml"
+if [ -n "$policy" ]; then cp "$policy" "$work/plugins/index.toml"
+elif [ -z "$other" ]; then cp "$root/plugins/bench.toml" "$work/plugins/index.toml"; fi
 
 for bin in "$@"; do
     bin=$(realpath "$bin")
@@ -60,7 +62,7 @@ for bin in "$@"; do
     # Warm: the first calls instantiate the plugin and fill caches.
     curl -s -o /dev/null ${header:+-H "$header"} "${post[@]}" "$url${sep}warm=[1-200]"
     callgrind_control -z "$pid" >/dev/null 2>&1
-    curl -s -o /dev/null ${header:+-H "$header"} "${post[@]}" "$url${sep}n=[1-$requests]"
+    curl -s -o /dev/null ${header:+-H "$header"} "${post[@]}" "$url${sep}i=[1-$requests]"
     # With flags (an OTLP endpoint), the exporter's last batch leaves within half a second:
     # counted too.
     [ -z "$flags" ] || sleep 1

@@ -19,6 +19,9 @@
 //!    local service through the SDK's client) against a native hyper server whose handler makes
 //!    the same call with hyper-util's pooled client, both calling the same local hyper service.
 //!
+//! `-- hello`, `-- p3` or `-- outbound` runs that part alone (`--quick`: one round of 2 s;
+//! `--hold`: the servers stay up, and their URLs are printed, for five minutes before the
+//! rounds, to be profiled under a load of one's own).
 //! Results go to stdout and `target/bench-results/wasi_http.json`.
 
 use std::path::{Path, PathBuf};
@@ -37,6 +40,9 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::json;
 
 const CONNECTIONS: usize = 64;
+
+/// How long `--hold` keeps the servers of a part up before its rounds.
+const HOLD: Duration = Duration::from_secs(300);
 
 /// A plugins directory with `wasm` as `name.wasm` and an optional policy; served by ankh.
 fn ankh_with(wasm: &str, name: &str, policy: Option<&str>) -> Ankh {
@@ -81,6 +87,14 @@ fn rounds(
     rounds: usize,
     round: Duration,
 ) -> (Vec<Run>, Vec<Vec<Run>>) {
+    if std::env::args().any(|a| a == "--hold") {
+        // For profiling: the servers stay up, unloaded, while another tool drives them.
+        for (name, url) in contenders {
+            println!("  {name}: {url}");
+        }
+        println!("  holding for {} s (--hold)", HOLD.as_secs());
+        std::thread::sleep(HOLD);
+    }
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); contenders.len()];
     for _ in 0..rounds {
         for (i, (_, url)) in contenders.iter().enumerate() {
@@ -123,16 +137,48 @@ fn print(contenders: &[(&str, String)], runs: &[Run]) -> Vec<serde_json::Value> 
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    // `-- outbound` (or `hello`, `p3`) runs that part alone; none named runs all three.
+    let named: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let want = |part: &str| named.is_empty() || named.iter().any(|n| n == part);
     let (n_rounds, round) = if quick {
         (1, Duration::from_secs(2))
     } else {
         (3, Duration::from_secs(5))
     };
     println!("machine: {}", benches::machine());
-    let (echo, probe) = (plugins::HTTPECHO, plugins::PROBE);
-    let own = Path::new(plugins::BENCH);
 
-    // 1. Hello world: the proxy component under ankh and under wasmtime serve.
+    let hello = if want("hello") {
+        hello_world(n_rounds, round)
+    } else {
+        json!(null)
+    };
+    let p3_hello = if want("p3") {
+        hello_03(n_rounds, round)
+    } else {
+        json!(null)
+    };
+    let outbound = if want("outbound") {
+        one_outbound_call(n_rounds, round)
+    } else {
+        json!(null)
+    };
+    let doc = json!({
+        "machine": benches::machine(),
+        "round_seconds": round.as_secs(),
+        "rounds": n_rounds,
+        "hello": hello,
+        "p3_hello": p3_hello,
+        "outbound": outbound,
+    });
+    benches::write_results("wasi_http.json", &doc);
+}
+
+/// 1. Hello world: the proxy component under ankh and under wasmtime serve.
+fn hello_world(n_rounds: usize, round: Duration) -> serde_json::Value {
+    let (echo, own) = (plugins::HTTPECHO, Path::new(plugins::BENCH));
     let fresh = ankh_with(echo, "httpecho", None);
     let reused = ankh_with(echo, "httpecho", Some("[instances]\nmode = \"reuse\"\n"));
     let own_world = benches::start_ankh(own, "bench.wasm", &[]);
@@ -179,8 +225,11 @@ fn main() {
         );
     }
     drop((fresh, reused, own_world, serve));
+    serde_json::Value::Array(hello)
+}
 
-    // 3. WASI 0.3 hello: the same component under ankh and under wasmtime serve 49.
+/// 3. WASI 0.3 hello: the same component under ankh and under wasmtime serve 49.
+fn hello_03(n_rounds: usize, round: Duration) -> serde_json::Value {
     let p3 = ankh_with(plugins::P3SPIN, "p3spin", None);
     let serve49 = wasmtime_49().map(|bin| WasmtimeServe::start(&bin, Path::new(plugins::P3SPIN)));
     let mut contenders = vec![(
@@ -238,8 +287,11 @@ fn main() {
         );
     }
     drop((p3, serve49));
+    serde_json::Value::Array(p3_hello)
+}
 
-    // 2. One outbound call per request.
+/// 2. One outbound call per request.
+fn one_outbound_call(n_rounds: usize, round: Duration) -> serde_json::Value {
     let upstream = Native::start(1, |_req| async {
         Ok(Response::new(Full::new(Bytes::from_static(
             b"hello from upstream\n",
@@ -247,7 +299,7 @@ fn main() {
     });
     let origin = format!("http://{}", upstream.addr);
     let calling = ankh_with(
-        probe,
+        plugins::PROBE,
         "probe",
         Some(&format!("[capabilities]\nhttp = [\"{origin}\"]\n")),
     );
@@ -279,13 +331,6 @@ fn main() {
     let outbound = print(&contenders, &runs);
     println!("  ankh / native, by round: {}", ratios(&each[0], &each[1]));
 
-    let doc = json!({
-        "machine": benches::machine(),
-        "round_seconds": round.as_secs(),
-        "rounds": n_rounds,
-        "hello": hello,
-        "p3_hello": p3_hello,
-        "outbound": outbound,
-    });
-    benches::write_results("wasi_http.json", &doc);
+    drop((calling, native, upstream));
+    serde_json::Value::Array(outbound)
 }
