@@ -129,16 +129,51 @@ fn sequential_calls_to_one_origin_reuse_pooled_connections() {
     );
 }
 
+/// A flood of `n` calls at once from the hostile plugin to a slow service, under `policy`
+/// (beside the grant) and the server's `args`: at most `bound` reach it at once, and at most
+/// `bound` connections are ever opened (every one stays for reuse).
+fn flood_is_bounded(n: usize, bound: usize, policy: &str, args: &[(&str, String)]) {
+    let up = Upstream::start(Mode::Slow(Duration::from_millis(100)));
+    let grants = format!("[capabilities]\nhttp = [{:?}]\n{policy}", up.origin());
+    let mut options = Options::default()
+        .plugin_as("hostile", plugins::HOSTILE)
+        .file("hostile.toml", grants.as_bytes());
+    for (flag, value) in args {
+        options = options.flag(flag, value);
+    }
+    let s = options.start();
+    let (status, body) = s.get(&format!("/hostile/http-flood?url={}/&n={n}", up.origin()));
+    assert_eq!((status, body), (200, format!("ok {n} failed 0")));
+    assert_eq!(up.requests(), n);
+    assert!(
+        up.most_busy() <= bound,
+        "{} requests at once",
+        up.most_busy()
+    );
+    assert!(up.accepted() <= bound, "{} connections", up.accepted());
+}
+
 #[test]
 fn calls_in_flight_to_one_origin_are_bounded() {
-    let up = Upstream::start(Mode::Slow(Duration::from_millis(100)));
-    let s = serve_granted("hostile", plugins::HOSTILE, &[up.origin()], &[]);
-    let (status, body) = s.get(&format!("/hostile/http-flood?url={}/&n=64", up.origin()));
-    assert_eq!((status, body.as_str()), (200, "ok 64 failed 0"));
-    assert_eq!(up.requests(), 64);
-    assert!(up.most_busy() <= 16, "{} requests at once", up.most_busy());
-    // Every connection stays for reuse, so those opened are all there ever were at once.
-    assert!(up.accepted() <= 16, "{} connections", up.accepted());
+    // The default: 64.
+    flood_is_bounded(100, 64, "", &[]);
+}
+
+#[test]
+fn the_bound_on_calls_to_one_origin_is_set_by_the_server_or_the_policy() {
+    flood_is_bounded(
+        32,
+        8,
+        "",
+        &[("--outbound-connections-per-origin", "8".into())],
+    );
+    // A plugin's policy sets its own, past the server's or below it.
+    flood_is_bounded(
+        16,
+        4,
+        "[outbound]\nconnections_per_origin = 4\n",
+        &[("--outbound-connections-per-origin", "8".into())],
+    );
 }
 
 #[test]

@@ -893,6 +893,17 @@ pub(crate) fn limit_settings<C: HasLimits>() -> Vec<LimitSetting<C>> {
             outbound_max_response_bytes
         ),
         limit!(
+            "outbound.connections_per_origin",
+            "outbound-connections-per-origin",
+            Count,
+            1,
+            limits::OUTBOUND_CONNECTIONS_PER_PLUGIN as u64,
+            limits::OUTBOUND_CONNECTIONS_PER_ORIGIN,
+            "Outbound HTTP from plugins: requests in flight, and connections open, from one plugin to one origin (a plugin's policy may set its own); a request past it waits for a place, within its call's deadline",
+            Override::Any,
+            outbound_connections_per_origin
+        ),
+        limit!(
             "timeouts.idle_ms",
             "idle-timeout-ms",
             Millis,

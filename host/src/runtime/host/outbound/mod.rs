@@ -8,8 +8,9 @@
 //! - **Bounded.** Connect, first-byte and between-bytes timeouts (seconds, where wasi-http's
 //!   defaults are 600 s; a guest's `request-options` may only lower them); a cap on the
 //!   response body (`HTTP-response-body-size` past it); per plugin, at most
-//!   [`OUTBOUND_CONNECTIONS_PER_ORIGIN`] requests in flight and connections open to one origin
-//!   and [`OUTBOUND_CONNECTIONS_PER_PLUGIN`] in all (a request past them waits, within the
+//!   `[outbound] connections_per_origin` requests in flight and connections open to one
+//!   origin ([`OUTBOUND_CONNECTIONS_PER_ORIGIN`](crate::limits::OUTBOUND_CONNECTIONS_PER_ORIGIN)
+//!   unless configured) and [`OUTBOUND_CONNECTIONS_PER_PLUGIN`] in all (a request past them waits, within the
 //!   call's deadline, which every outbound wait counts against).
 //! - **Pooled.** Each plugin has its own client: connections to one origin are kept alive and
 //!   reused. Plugins share no connection.
@@ -37,7 +38,7 @@ use body::{Bounded, Drained};
 use connect::{ConnectError, Connector};
 use gates::{Gates, Pass};
 
-use crate::limits::{OUTBOUND_CONNECTIONS_PER_ORIGIN, OUTBOUND_CONNECTIONS_PER_PLUGIN};
+use crate::limits::OUTBOUND_CONNECTIONS_PER_PLUGIN;
 use crate::metrics::PluginMetrics;
 use crate::runtime::host::grants::{HttpGrants, Scheme};
 
@@ -48,6 +49,8 @@ pub(crate) struct OutboundConfig {
     pub first_byte_timeout: Duration,
     pub between_bytes_timeout: Duration,
     pub max_response_bytes: u64,
+    /// Requests in flight, and connections open, to one origin.
+    pub connections_per_origin: usize,
 }
 
 impl OutboundConfig {
@@ -58,6 +61,7 @@ impl OutboundConfig {
             first_byte_timeout: limits.outbound_first_byte_timeout,
             between_bytes_timeout: limits.outbound_between_bytes_timeout,
             max_response_bytes: limits.outbound_max_response_bytes,
+            connections_per_origin: limits.outbound_connections_per_origin,
         }
     }
 }
@@ -107,12 +111,12 @@ impl Outbound {
         Outbound {
             plugin,
             grants: Arc::new(grants),
-            config,
             client: std::sync::OnceLock::new(),
             in_flight: Arc::new(Gates::new(
-                OUTBOUND_CONNECTIONS_PER_ORIGIN,
+                config.connections_per_origin,
                 OUTBOUND_CONNECTIONS_PER_PLUGIN,
             )),
+            config,
             metrics,
         }
     }
@@ -123,7 +127,7 @@ impl Outbound {
                 grants: self.grants.clone(),
                 connect_timeout: self.config.connect_timeout,
                 open: Arc::new(Gates::new(
-                    OUTBOUND_CONNECTIONS_PER_ORIGIN,
+                    self.config.connections_per_origin,
                     OUTBOUND_CONNECTIONS_PER_PLUGIN,
                 )),
             };
@@ -131,7 +135,7 @@ impl Outbound {
             Client::builder(TokioExecutor::new())
                 .pool_timer(TokioTimer::new())
                 .pool_idle_timeout(crate::limits::OUTBOUND_IDLE_TIMEOUT)
-                .pool_max_idle_per_host(OUTBOUND_CONNECTIONS_PER_ORIGIN)
+                .pool_max_idle_per_host(self.config.connections_per_origin)
                 .build(connector)
         })
     }
