@@ -167,12 +167,18 @@ fn the_bound_on_calls_to_one_origin_is_set_by_the_server_or_the_policy() {
         "",
         &[("--outbound-connections-per-origin", "8".into())],
     );
-    // A plugin's policy sets its own, past the server's or below it.
+    // A plugin's policy sets its own, below the server's or past it.
     flood_is_bounded(
         16,
         4,
         "[outbound]\nconnections_per_origin = 4\n",
         &[("--outbound-connections-per-origin", "8".into())],
+    );
+    flood_is_bounded(
+        16,
+        8,
+        "[outbound]\nconnections_per_origin = 8\n",
+        &[("--outbound-connections-per-origin", "4".into())],
     );
 }
 

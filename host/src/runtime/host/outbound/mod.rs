@@ -10,8 +10,8 @@
 //!   response body (`HTTP-response-body-size` past it); per plugin, at most
 //!   `[outbound] connections_per_origin` requests in flight and connections open to one
 //!   origin ([`OUTBOUND_CONNECTIONS_PER_ORIGIN`](crate::limits::OUTBOUND_CONNECTIONS_PER_ORIGIN)
-//!   unless configured) and [`OUTBOUND_CONNECTIONS_PER_PLUGIN`] in all (a request past them waits, within the
-//!   call's deadline, which every outbound wait counts against).
+//!   unless set) and [`OUTBOUND_CONNECTIONS_PER_PLUGIN`] in all (a request past them waits,
+//!   within the call's deadline, which every outbound wait counts against).
 //! - **Pooled.** Each plugin has its own client: connections to one origin are kept alive and
 //!   reused. Plugins share no connection.
 //! - **TLS** with rustls and the webpki roots.
