@@ -8,8 +8,8 @@
 #   benches/instructions.sh [-n REQUESTS] [-p PATH] [-P WASM [-t POLICY]] [-a FLAGS] [-H HEADER] [-b BYTES] [-o DIR] BIN...
 #
 # -P serves another component as index.wasm instead, with no policy, or with the policy file
-# -t (a grant for an outbound call: `-P probe.wasm -t probe.toml -p "/fetch?url=..."`). -a gives the server more
-# flags (`-a "--otlp-endpoint http://127.0.0.1:4318"`); -H sends a header with each request
+# -t (a grant for an outbound call: `-P probe.wasm -t probe.toml -p "/fetch?url=..."`). -a
+# gives the server more flags (`-a "--otlp-endpoint http://127.0.0.1:4318"`); -H sends a header with each request
 # (`-H "traceparent: 00-...-01"`); -b POSTs a body of BYTES bytes with each. -o keeps each
 # binary's profile as DIR/NAME.callgrind, for `callgrind_annotate` (by function, where the
 # instructions went).
@@ -25,7 +25,7 @@ while getopts "n:p:P:t:a:H:b:o:" opt; do
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-n REQUESTS] [-p PATH] [-P WASM [-t POLICY.toml]] [-a FLAGS] [-H HEADER] [-b BYTES] [-o DIR] BIN..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [-n REQUESTS] [-p PATH] [-P WASM [-t POLICY]] [-a FLAGS] [-H HEADER] [-b BYTES] [-o DIR] BIN..." >&2; exit 2; }
 for tool in valgrind callgrind_control callgrind_annotate curl; do
     command -v $tool >/dev/null || { echo "needs $tool (apt-get install valgrind curl)" >&2; exit 2; }
 done

@@ -87,14 +87,7 @@ fn rounds(
     rounds: usize,
     round: Duration,
 ) -> (Vec<Run>, Vec<Vec<Run>>) {
-    if std::env::args().any(|a| a == "--hold") {
-        // For profiling: the servers stay up, unloaded, while another tool drives them.
-        for (name, url) in contenders {
-            println!("  {name}: {url}");
-        }
-        println!("  holding for {} s (--hold)", HOLD.as_secs());
-        std::thread::sleep(HOLD);
-    }
+    hold_if_asked(contenders);
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); contenders.len()];
     for _ in 0..rounds {
         for (i, (_, url)) in contenders.iter().enumerate() {
@@ -103,6 +96,18 @@ fn rounds(
         }
     }
     (runs.iter().map(|r| median_run(r)).collect(), runs)
+}
+
+/// With `--hold`, before a part's rounds: its servers stay up, unloaded, while another tool
+/// drives and profiles them.
+fn hold_if_asked(contenders: &[(&str, String)]) {
+    if std::env::args().any(|a| a == "--hold") {
+        for (name, url) in contenders {
+            println!("  {name}: {url}");
+        }
+        println!("  holding for {} s (--hold)", HOLD.as_secs());
+        std::thread::sleep(HOLD);
+    }
 }
 
 /// `a / b`, round by round.
@@ -251,6 +256,7 @@ fn hello_03(n_rounds: usize, round: Duration) -> serde_json::Value {
     // each round of the servers.
     let floor_rt = benches::floor::runtime();
     let floor_handler = benches::floor::handler();
+    hold_if_asked(&contenders);
     let mut floor_rates = Vec::new();
     let mut by_round: Vec<Vec<Run>> = vec![Vec::new(); contenders.len()];
     for _ in 0..n_rounds {

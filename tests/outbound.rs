@@ -19,6 +19,16 @@ fn serve_granted(
 ) -> TestServer {
     let list: Vec<String> = grants.iter().map(|g| format!("{g:?}")).collect();
     let policy = format!("[capabilities]\nhttp = [{}]\n", list.join(", "));
+    serve_with_policy(name, plugin, &policy, args)
+}
+
+/// `plugin` served as `name` under `policy`, with the server's `args` and an admin listener.
+fn serve_with_policy(
+    name: &str,
+    plugin: &str,
+    policy: &str,
+    args: &[(&str, String)],
+) -> TestServer {
     let mut options = Options::default()
         .plugin_as(name, plugin)
         .file(&format!("{name}.toml"), policy.as_bytes())
@@ -134,14 +144,8 @@ fn sequential_calls_to_one_origin_reuse_pooled_connections() {
 /// `bound` connections are ever opened (every one stays for reuse).
 fn flood_is_bounded(n: usize, bound: usize, policy: &str, args: &[(&str, String)]) {
     let up = Upstream::start(Mode::Slow(Duration::from_millis(100)));
-    let grants = format!("[capabilities]\nhttp = [{:?}]\n{policy}", up.origin());
-    let mut options = Options::default()
-        .plugin_as("hostile", plugins::HOSTILE)
-        .file("hostile.toml", grants.as_bytes());
-    for (flag, value) in args {
-        options = options.flag(flag, value);
-    }
-    let s = options.start();
+    let policy = format!("[capabilities]\nhttp = [{:?}]\n{policy}", up.origin());
+    let s = serve_with_policy("hostile", plugins::HOSTILE, &policy, args);
     let (status, body) = s.get(&format!("/hostile/http-flood?url={}/&n={n}", up.origin()));
     assert_eq!((status, body), (200, format!("ok {n} failed 0")));
     assert_eq!(up.requests(), n);
